@@ -1,0 +1,46 @@
+"""Distributed queries for users of the stock ``datafusion`` Python package.
+
+Example:
+    >>> from datafusion import SessionContext
+    >>> from datafusion_distributed_py import DistributedContext
+    >>> ctx = SessionContext()
+    >>> df = DistributedContext(ctx).sql("SELECT 1 AS one")
+    >>> df.to_pylist()
+    [{'one': 1}]
+"""
+
+from __future__ import annotations
+
+import datafusion as _datafusion
+
+from datafusion_distributed_py._build import DATAFUSION_MAJOR
+from datafusion_distributed_py._compat import check_datafusion_major
+
+# Before loading the Rust core: a mismatched wheel would fail later with an obscure FFI error.
+check_datafusion_major(_datafusion.__version__, DATAFUSION_MAJOR)
+
+from datafusion_distributed_py import _internal  # noqa: E402
+
+from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
+from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
+from datafusion_distributed_py.context import DistributedContext  # noqa: E402
+from datafusion_distributed_py.errors import (  # noqa: E402
+    DistributedError,
+    UnsupportedTableError,
+    WorkerError,
+)
+from datafusion_distributed_py.worker import Worker  # noqa: E402
+
+__version__: str = _internal.__version__
+
+__all__ = [
+    "DATAFUSION_MAJOR",
+    "DistributedConfig",
+    "DistributedContext",
+    "DistributedError",
+    "LocalCluster",
+    "UnsupportedTableError",
+    "Worker",
+    "WorkerError",
+    "__version__",
+]

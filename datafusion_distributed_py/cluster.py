@@ -1,0 +1,130 @@
+"""``LocalCluster``: worker *processes* on this machine, like Dask's ``LocalCluster``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from datafusion_distributed_py.errors import WorkerError
+
+#: Seconds a worker process may take to print its URL.
+START_TIMEOUT = 60.0
+
+
+class LocalCluster:
+    """Start ``n_workers`` worker processes on free 127.0.0.1 ports.
+
+    Workers exit with their parent, even when the parent is SIGKILLed. Each worker's output
+    goes to ``<log_dir>/worker-<i>.log`` (see :attr:`log_dir`).
+
+    Args:
+        n_workers: number of worker processes (default: one per CPU, at least 2).
+        setup: optional ``"module:function"`` run in each worker on its SessionContext.
+        log_dir: where worker logs go (default: a new temporary directory).
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext, LocalCluster
+        >>> with LocalCluster(2) as cluster:
+        ...     dctx = DistributedContext(SessionContext(), workers=cluster)
+        ...     dctx.sql("SELECT 1 AS one").to_pylist()
+        [{'one': 1}]
+    """
+
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        setup: str | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        _report_versions: list[str | None] | None = None,
+    ) -> None:
+        from datafusion_distributed_py.context import default_worker_count
+
+        n = default_worker_count() if n_workers is None else n_workers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="dfd-cluster-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.urls: list[str] = []
+        versions = _report_versions or [None] * n
+        try:
+            for i in range(n):
+                self.processes.append(self._spawn(i, setup, versions[i]))
+            self.urls = [self._wait_ready(i, p) for i, p in enumerate(self.processes)]
+        except BaseException:
+            self.close()
+            raise
+
+    def _log_path(self, i: int) -> Path:
+        return self.log_dir / f"worker-{i}.log"
+
+    def _spawn(self, i: int, setup: str | None, version: str | None) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable, "-m", "datafusion_distributed_py.worker",
+            "--port", "0", "--parent-pid", str(os.getpid()),
+        ]
+        if setup:
+            cmd += ["--setup", setup]
+        if version is not None:
+            cmd += ["--report-version", version]
+        log = open(self._log_path(i), "wb")  # noqa: SIM115 - owned by the child
+        try:
+            return subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        finally:
+            log.close()
+
+    def _wait_ready(self, i: int, proc: subprocess.Popen[bytes]) -> str:
+        deadline = time.monotonic() + START_TIMEOUT
+        path = self._log_path(i)
+        while time.monotonic() < deadline:
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("listening on "):
+                    return line.removeprefix("listening on ").strip()
+            if proc.poll() is not None:
+                raise WorkerError(
+                    f"worker {i} exited with code {proc.returncode} before listening; "
+                    f"log {path}:\n{path.read_text(errors='replace')[-2000:]}"
+                )
+            time.sleep(0.05)
+        raise WorkerError(f"worker {i} did not start within {START_TIMEOUT}s; see {path}")
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.processes)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
+        for p in self.processes:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + timeout
+        for p in self.processes:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        procs = getattr(self, "processes", [])
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(urls={self.urls!r}, log_dir='{self.log_dir}')"

@@ -1,0 +1,156 @@
+"""``DistributedConfig``: the typed knobs of datafusion-distributed's planner."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+Compression = Literal["none", "lz4", "zstd"]
+
+#: Our default bytes per file-scan partition. The crate's 16 MiB keeps small tables on one
+#: task; users of ``DistributedContext`` asked for distribution, so we split from 1 MiB on
+#: (tasks per stage are still capped by the number of workers).
+DEFAULT_BYTES_PER_PARTITION = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Settings of the distributed planner and runtime (``distributed.*`` options).
+
+    Every field maps to the option ``distributed.<field>`` of the datafusion-distributed
+    crate; ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql`
+    changes the same settings.
+
+    Attributes:
+        file_scan_config_bytes_per_partition: bytes of files each scan partition reads; lower
+            means more tasks for the scan stage.
+        cardinality_task_count_factor: how task counts grow or shrink above nodes that change
+            the row count.
+        children_isolator_unions: run each UNION child on its own tasks.
+        collect_metrics: send per-task metrics back to the coordinator.
+        broadcast_joins: broadcast the build side of small hash joins.
+        compression: compression of data between workers: "none", "lz4" or "zstd".
+        shuffle_batch_size: batch size for worker stages; 0 keeps the session's batch size.
+        max_tasks_per_stage: upper bound of tasks per stage; 0 means the number of workers.
+        partial_reduce: extra partial aggregation before shuffles.
+        worker_connection_buffer_budget_bytes: buffer per worker connection before pausing.
+        dynamic_task_count: size stages at run time from sampled data.
+        dynamic_bytes_per_partition: bytes per partition when ``dynamic_task_count`` is on.
+
+    Example:
+        >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
+        >>> cfg.to_options()["distributed.max_tasks_per_stage"]
+        '4'
+        >>> DistributedConfig(max_task_per_stage=4)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: ...unexpected keyword argument 'max_task_per_stage'
+        >>> DistributedConfig(compression="gzip")
+        Traceback (most recent call last):
+        ...
+        ValueError: compression must be one of 'none', 'lz4', 'zstd', got 'gzip'
+    """
+
+    file_scan_config_bytes_per_partition: int = DEFAULT_BYTES_PER_PARTITION
+    cardinality_task_count_factor: float = 1.0
+    children_isolator_unions: bool = True
+    collect_metrics: bool = True
+    broadcast_joins: bool = True
+    compression: Compression = "lz4"
+    shuffle_batch_size: int = 0
+    max_tasks_per_stage: int = 0
+    partial_reduce: bool = False
+    worker_connection_buffer_budget_bytes: int = 64 * 1024 * 1024
+    dynamic_task_count: bool = False
+    dynamic_bytes_per_partition: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = _TYPES[f.name]
+            # bool is an int subclass: refuse True where a count is meant, and 1 for a flag.
+            ok = (
+                isinstance(value, bool)
+                if expected is bool
+                else isinstance(value, expected) and not isinstance(value, bool)
+            )
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+                ok = True
+            if not ok:
+                raise TypeError(
+                    f"{f.name} must be {expected.__name__}, got {type(value).__name__} {value!r}"
+                )
+            if expected is int and value < 0:
+                raise ValueError(f"{f.name} must be >= 0, got {value}")
+        if self.compression not in ("none", "lz4", "zstd"):
+            raise ValueError(
+                f"compression must be one of 'none', 'lz4', 'zstd', got {self.compression!r}"
+            )
+        if self.file_scan_config_bytes_per_partition == 0:
+            raise ValueError("file_scan_config_bytes_per_partition must be > 0")
+        if self.cardinality_task_count_factor <= 0:
+            raise ValueError("cardinality_task_count_factor must be > 0")
+
+    def replace(self, **changes: Any) -> DistributedConfig:
+        """A copy with some fields changed (validated like the constructor).
+
+        Example:
+            >>> DistributedConfig().replace(max_tasks_per_stage=2).max_tasks_per_stage
+            2
+        """
+        return dataclasses.replace(self, **changes)
+
+    def with_option(self, key: str, value: str) -> DistributedConfig:
+        """A copy with one option set from its SQL text form (``SET distributed.key = value``).
+
+        Example:
+            >>> DistributedConfig().with_option("distributed.broadcast_joins", "false").broadcast_joins
+            False
+        """
+        name = key.removeprefix("distributed.")
+        if name not in _TYPES:
+            raise ValueError(
+                f"unknown distributed option {key!r}; known: {', '.join(sorted(_TYPES))}"
+            )
+        return self.replace(**{name: _parse(name, value)})
+
+    def to_options(self) -> dict[str, str]:
+        """The settings as ``distributed.*`` option strings, as the Rust planner reads them."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            out[f"distributed.{f.name}"] = text
+        return out
+
+
+_TYPES: dict[str, type] = {
+    "file_scan_config_bytes_per_partition": int,
+    "cardinality_task_count_factor": float,
+    "children_isolator_unions": bool,
+    "collect_metrics": bool,
+    "broadcast_joins": bool,
+    "compression": str,
+    "shuffle_batch_size": int,
+    "max_tasks_per_stage": int,
+    "partial_reduce": bool,
+    "worker_connection_buffer_budget_bytes": int,
+    "dynamic_task_count": bool,
+    "dynamic_bytes_per_partition": int,
+}
+
+
+def _parse(name: str, text: str) -> Any:
+    text = text.strip().strip("'\"")
+    kind = _TYPES[name]
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered not in ("true", "false"):
+                raise ValueError
+            return lowered == "true"
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"invalid value {text!r} for distributed.{name}") from None

@@ -1,0 +1,48 @@
+"""Helpers to check distributed results against single-node DataFusion.
+
+Example:
+    >>> import pyarrow as pa
+    >>> assert_same_rows(pa.table({"a": [2, 1]}), pa.table({"a": [1, 2]}), ordered=False)
+    >>> is_distributed("NetworkShuffleExec: ...")
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+
+NETWORK_BOUNDARIES = ("NetworkShuffleExec", "NetworkCoalesceExec", "NetworkBroadcastExec")
+
+
+def is_distributed(plan_text: str) -> bool:
+    """True when a rendered plan has at least one network boundary between stages."""
+    return any(name in plan_text for name in NETWORK_BOUNDARIES)
+
+
+def _normalize(value: object) -> object:
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 6)
+    return value
+
+
+def rows(table: pa.Table) -> list[tuple]:
+    """The table's rows as tuples, floats rounded to 6 decimals."""
+    return [tuple(_normalize(v) for v in row.values()) for row in table.to_pylist()]
+
+
+def assert_same_rows(got: pa.Table, expected: pa.Table, ordered: bool) -> None:
+    """Assert equal column names and rows (floats with tolerance); in order if ``ordered``."""
+    assert got.column_names == expected.column_names, (got.column_names, expected.column_names)
+    got_rows, expected_rows = rows(got), rows(expected)
+    if not ordered:
+        got_rows = sorted(got_rows, key=repr)
+        expected_rows = sorted(expected_rows, key=repr)
+    assert len(got_rows) == len(expected_rows), (len(got_rows), len(expected_rows))
+    for g, e in zip(got_rows, expected_rows):
+        for gv, ev in zip(g, e):
+            if isinstance(gv, float) and isinstance(ev, float):
+                assert math.isclose(gv, ev, rel_tol=1e-9, abs_tol=1e-6), (g, e)
+            else:
+                assert gv == ev, (g, e)

@@ -1,0 +1,182 @@
+"""A datafusion-distributed worker process, and its command line.
+
+    datafusion-distributed-worker --host 127.0.0.1 --port 50051 [--setup pkg.mod:func]
+    python -m datafusion_distributed_py.worker --port 0
+
+The worker prints ``listening on http://HOST:PORT`` once it accepts work. SIGTERM and
+SIGINT stop it gracefully: in-flight tasks get a bounded drain time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+from datafusion import SessionContext
+
+from datafusion_distributed_py import _internal
+
+log = logging.getLogger("datafusion_distributed_py.worker")
+
+#: Seconds in-flight tasks get to finish when a worker is told to stop.
+DRAIN_SECONDS = 5.0
+
+
+class Worker:
+    """A worker: a gRPC server that runs stages of distributed plans.
+
+    The worker keeps one long-lived ``datafusion.SessionContext`` for the life of the process;
+    its extension codecs decode the plan fragments it receives (Python UDFs travel inline).
+
+    Args:
+        host: address to bind; 127.0.0.1 unless you mean to accept remote coordinators.
+        port: TCP port; 0 picks a free one (see :attr:`url` after :meth:`start`).
+        setup: optional callable receiving the worker's ``SessionContext`` to customise it
+            (register UDFs, object stores, codecs).
+
+    Example:
+        >>> w = Worker(port=0)
+        >>> w.start().url.startswith("http://127.0.0.1:")
+        True
+        >>> w.stop()
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        setup: Callable[[SessionContext], object] | None = None,
+        *,
+        _report_version: str | None = None,
+    ) -> None:
+        if not 0 <= int(port) <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {port}")
+        self.ctx = SessionContext()
+        if setup is not None:
+            setup(self.ctx)
+        version = _report_version if _report_version is not None else _internal.__version__
+        self._server = _internal.WorkerServer(host, int(port), self.ctx, version)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of this worker (the bound port once started)."""
+        return f"http://{self._server.host}:{self._server.port}"
+
+    def start(self) -> Worker:
+        """Start serving in the background and return self."""
+        self._server.start()
+        return self
+
+    def serve(self) -> None:
+        """Serve until stopped (GIL released); Ctrl-C stops gracefully."""
+        self.start()
+        try:
+            self._server.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+        """Stop accepting work; in-flight calls get ``drain_seconds`` to finish."""
+        self._server.stop(drain_seconds)
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Worker({self.url!r})"
+
+
+def load_setup(spec: str) -> Callable[[SessionContext], object]:
+    """Import ``module:function`` (the CLI's ``--setup``)."""
+    module_name, sep, func_name = spec.partition(":")
+    if not sep or not module_name or not func_name:
+        raise ValueError(f"--setup must look like 'package.module:function', got {spec!r}")
+    func = getattr(importlib.import_module(module_name), func_name)
+    if not callable(func):
+        raise TypeError(f"--setup {spec!r} is not callable")
+    return func
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the process that started us is gone, even if it was SIGKILLed."""
+    try:  # Linux: the kernel signals us when the parent thread dies.
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
+
+    def watch() -> None:  # Everywhere: poll the parent's pid.
+        import time
+
+        while True:
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="datafusion-distributed-worker", description="Run a datafusion-distributed worker."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=50051, help="port (default 50051; 0 = any)")
+    parser.add_argument("--setup", help="module:function called with the worker SessionContext")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level of the worker (default WARNING)",
+    )
+    parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--report-version", help=argparse.SUPPRESS)  # tests only
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid)
+    setup = load_setup(args.setup) if args.setup else None
+    worker = Worker(args.host, args.port, setup, _report_version=args.report_version)
+    try:
+        worker.start()
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"listening on {worker.url}", flush=True)
+    while not stop.wait(0.2):
+        pass
+    worker.stop(DRAIN_SECONDS)
+    print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

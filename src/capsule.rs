@@ -1,0 +1,37 @@
+//! Reading and writing the PyCapsules of DataFusion's FFI.
+use std::ffi::CString;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods};
+
+/// Copies the FFI struct out of a capsule named `name`, checking the name so a wrong object
+/// gives a TypeError instead of undefined behaviour. `obj` may be the capsule itself or an
+/// object whose method `method` returns one.
+pub fn import<T: Clone>(obj: &Bound<'_, PyAny>, method: &str, name: &str) -> PyResult<T> {
+    let capsule = if obj.is_instance_of::<PyCapsule>() {
+        obj.clone()
+    } else {
+        obj.call_method0(method)?
+    };
+    let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
+        PyTypeError::new_err(format!("{method}() did not return a PyCapsule"))
+    })?;
+    let actual = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
+    if actual.as_deref() != Some(name) {
+        return Err(PyTypeError::new_err(format!(
+            "expected a PyCapsule named {name:?}, got {actual:?}"
+        )));
+    }
+    // SAFETY: the name check above identifies the struct the capsule holds.
+    let value: &T = unsafe { capsule.reference::<T>() };
+    Ok(value.clone())
+}
+
+pub fn export<'py, T: 'static + Send>(
+    py: Python<'py>,
+    value: T,
+    name: &str,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    PyCapsule::new(py, value, Some(CString::new(name).expect("static capsule name")))
+}

@@ -1,0 +1,246 @@
+//! `Coordinator`: turns a plan planned by datafusion-python into a distributed plan.
+//!
+//! The path of a query: datafusion-python plans it single-node and serialises the physical
+//! plan with its own codecs (Python UDFs and in-memory batches travel inline). We decode it
+//! here with those same codecs (imported over FFI), let datafusion-distributed split it into
+//! stages for the current worker set, and hand the result back as a table provider.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_distributed::grpc::DefaultChannelResolver;
+use datafusion_distributed::{
+    ChannelResolver, DistributedExt, GetWorkerInfoRequest, SessionStateBuilderExt,
+};
+use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
+use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use url::Url;
+
+use crate::capsule;
+use crate::embedded::EmbeddedCluster;
+use crate::errors::{to_py_err, WorkerError};
+use crate::resolver::{parse_worker_url, FixedResolver, Workers};
+use crate::table::{DistributedPlan, DistributedTable};
+use crate::VERSION;
+
+enum Cluster {
+    Embedded(EmbeddedCluster),
+    /// Worker processes reached over gRPC; the channels are kept across queries.
+    Remote(Workers, DefaultChannelResolver),
+}
+
+/// How long a worker may take to answer the pre-query handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct Coordinator {
+    cluster: Cluster,
+    runtime_env: Arc<RuntimeEnv>,
+}
+
+#[pymethods]
+impl Coordinator {
+    /// A coordinator over `n_workers` workers in this process.
+    #[staticmethod]
+    fn embedded(n_workers: usize) -> PyResult<Self> {
+        if n_workers == 0 {
+            return Err(PyValueError::new_err("n_workers must be at least 1"));
+        }
+        let runtime_env = Arc::new(RuntimeEnv::default());
+        let cluster = EmbeddedCluster::start(n_workers, Arc::clone(&runtime_env), VERSION);
+        Ok(Self {
+            cluster: Cluster::Embedded(cluster),
+            runtime_env,
+        })
+    }
+
+    /// A coordinator over remote workers: a list of URLs, or a callable returning one.
+    #[staticmethod]
+    fn remote(workers: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let workers = if workers.is_callable() {
+            Workers::Callable(workers.clone().unbind())
+        } else {
+            let raw: Vec<String> = workers.extract()?;
+            if raw.is_empty() {
+                return Err(PyValueError::new_err("workers must name at least one URL"));
+            }
+            let urls = raw
+                .iter()
+                .map(|u| parse_worker_url(u))
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            Workers::Static(urls)
+        };
+        Ok(Self {
+            cluster: Cluster::Remote(workers, DefaultChannelResolver::default()),
+            runtime_env: Arc::new(RuntimeEnv::default()),
+        })
+    }
+
+    /// The worker URLs a query planned now would use.
+    fn worker_urls(&self) -> PyResult<Vec<String>> {
+        Ok(self
+            .urls()
+            .map_err(to_py_err)?
+            .iter()
+            .map(|u| u.to_string())
+            .collect())
+    }
+
+    /// Distributes a physical plan serialised by datafusion-python.
+    ///
+    /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
+    /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours).
+    fn distribute(
+        &self,
+        py: Python<'_>,
+        plan_bytes: Vec<u8>,
+        codec: &Bound<'_, PyAny>,
+        options: HashMap<String, String>,
+    ) -> PyResult<DistributedPlan> {
+        let ffi_codec: FFI_PhysicalExtensionCodec = capsule::import(
+            codec,
+            "__datafusion_physical_extension_codec__",
+            "datafusion_physical_extension_codec",
+        )?;
+        let codec: Arc<dyn PhysicalExtensionCodec> = (&ffi_codec).into();
+        let urls = self.urls().map_err(to_py_err)?;
+        let state = self.session_state(urls, &options, Arc::clone(&codec))?;
+        let task_ctx = state.task_ctx();
+        // Decoding may call back into Python (UDF payloads), so it runs with the GIL held.
+        let plan = physical_plan_from_bytes_with_extension_codec(&plan_bytes, &task_ctx, &*codec)
+            .map_err(to_py_err)?;
+        let handshake = match &self.cluster {
+            Cluster::Remote(_, channels) => Some((channels.clone(), urls)),
+            Cluster::Embedded(_) => None,
+        };
+        let distributed = crate::runtime::wait_for(py, async move {
+            if let Some((channels, urls)) = handshake {
+                check_workers(&channels, &urls).await?;
+            }
+            distribute_plan(plan, state).await.map_err(to_py_err)
+        })?;
+        Ok(DistributedPlan {
+            table: Arc::new(DistributedTable::new(distributed, task_ctx)),
+        })
+    }
+}
+
+impl Coordinator {
+    fn urls(&self) -> Result<Vec<Url>> {
+        match &self.cluster {
+            Cluster::Embedded(c) => Ok(c.urls.clone()),
+            Cluster::Remote(w, _) => w.urls(),
+        }
+    }
+
+    fn session_state(
+        &self,
+        urls: Vec<Url>,
+        options: &HashMap<String, String>,
+        codec: Arc<dyn PhysicalExtensionCodec>,
+    ) -> PyResult<SessionState> {
+        let mut cfg = SessionConfig::new();
+        cfg.set_distributed_worker_resolver(FixedResolver(urls));
+        match &self.cluster {
+            Cluster::Embedded(c) => cfg.set_distributed_channel_resolver(c.channels.clone()),
+            Cluster::Remote(_, channels) => cfg.set_distributed_channel_resolver(channels.clone()),
+        }
+        // Python UDFs and other extension payloads are encoded for remote workers with the
+        // session's own codec.
+        cfg.set_distributed_user_codec_arc(codec);
+        // Apply `datafusion.*` first so that `distributed.*` keys win any overlap.
+        let mut entries: Vec<_> = options.iter().collect();
+        entries.sort_by_key(|(k, _)| (k.starts_with("distributed."), k.as_str()));
+        for (key, value) in entries {
+            cfg.options_mut()
+                .set(key, value)
+                .map_err(|e| PyValueError::new_err(format!("config {key}={value}: {e}")))?;
+        }
+        Ok(SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(cfg)
+            .with_runtime_env(Arc::clone(&self.runtime_env))
+            .build())
+    }
+}
+
+/// Runs datafusion-distributed's planner over an existing physical plan: it wraps whatever
+/// query planner the state has, so we give it one that returns our plan.
+async fn distribute_plan(
+    plan: Arc<dyn ExecutionPlan>,
+    state: SessionState,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let state = SessionStateBuilder::new_from_existing(state)
+        .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
+        .with_distributed_planner()
+        .build();
+    let empty = LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(DFSchema::empty()),
+    });
+    state.query_planner().create_physical_plan(&empty, &state).await
+}
+
+/// Asks every worker for its version before a query is sent: a down worker or a worker of
+/// another release is reported by URL, quickly, instead of failing mid-query.
+async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> PyResult<()> {
+    let checks = urls.iter().map(|url| async move {
+        let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+            let mut client = channels.get_worker_client_for_url(url).await?;
+            client.get_worker_info(GetWorkerInfoRequest {}).await
+        })
+        .await;
+        match info {
+            Err(_) => Err(WorkerError::new_err(format!(
+                "worker {url} did not answer within {}s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            ))),
+            Ok(Err(e)) => Err(WorkerError::new_err(format!(
+                "worker {url} is unreachable: {}",
+                root_cause(&e)
+            ))),
+            Ok(Ok(info)) if info.version != VERSION => Err(WorkerError::new_err(format!(
+                "worker {url} runs datafusion-distributed-py {}, but this coordinator runs {VERSION}; \
+                 run the same release on the coordinator and every worker",
+                if info.version.is_empty() { "<unknown>" } else { &info.version }
+            ))),
+            Ok(Ok(_)) => Ok(()),
+        }
+    });
+    futures::future::try_join_all(checks).await.map(|_| ())
+}
+
+fn root_cause(e: &DataFusionError) -> String {
+    e.find_root().to_string()
+}
+
+#[derive(Debug)]
+struct Precomputed(Mutex<Option<Arc<dyn ExecutionPlan>>>);
+
+#[async_trait]
+impl QueryPlanner for Precomputed {
+    async fn create_physical_plan(
+        &self,
+        _logical_plan: &LogicalPlan,
+        _session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.0
+            .lock()
+            .expect("poisoned")
+            .take()
+            .ok_or_else(|| DataFusionError::Internal("plan already distributed".into()))
+    }
+}

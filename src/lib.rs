@@ -1,0 +1,33 @@
+//! Rust core of datafusion-distributed-py: the Python layer owns ergonomics, this owns work.
+use pyo3::prelude::*;
+
+mod capsule;
+mod coordinator;
+mod embedded;
+mod errors;
+mod resolver;
+mod root;
+mod runtime;
+mod table;
+mod worker;
+
+/// Our package version; workers report it and the coordinator compares it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The DataFusion major version this library was built against.
+fn datafusion_major() -> u64 {
+    datafusion_ffi::version()
+}
+
+#[pymodule]
+fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    pyo3_log::init();
+    m.add("__version__", VERSION)?;
+    m.add("DATAFUSION_MAJOR", datafusion_major())?;
+    m.add("DistributedError", m.py().get_type::<errors::DistributedError>())?;
+    m.add("WorkerError", m.py().get_type::<errors::WorkerError>())?;
+    m.add_class::<coordinator::Coordinator>()?;
+    m.add_class::<table::DistributedPlan>()?;
+    m.add_class::<worker::WorkerServer>()?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Where the workers are: a fixed URL list or a Python callable asked at each query's planning.
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion_distributed::WorkerResolver;
+use pyo3::prelude::*;
+use url::Url;
+
+pub enum Workers {
+    Static(Vec<Url>),
+    /// A Python callable returning a list of URL strings.
+    Callable(Py<PyAny>),
+}
+
+impl Workers {
+    /// Resolves the current URL list, validating every entry.
+    pub fn urls(&self) -> Result<Vec<Url>> {
+        match self {
+            Workers::Static(urls) => Ok(urls.clone()),
+            Workers::Callable(f) => Python::attach(|py| {
+                let raw: Vec<String> = f
+                    .call0(py)
+                    .and_then(|v| v.extract(py))
+                    .map_err(|e| exec_datafusion_err!("worker resolver failed: {e}"))?;
+                if raw.is_empty() {
+                    return Err(exec_datafusion_err!(
+                        "worker resolver returned no worker URLs"
+                    ));
+                }
+                raw.iter().map(|u| parse_worker_url(u)).collect()
+            }),
+        }
+    }
+}
+
+/// A URL with a scheme and a host, like `http://10.0.0.5:50051`.
+pub fn parse_worker_url(raw: &str) -> Result<Url> {
+    let url = Url::parse(raw)
+        .map_err(|e| DataFusionError::Configuration(format!("bad worker URL {raw:?}: {e}")))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(DataFusionError::Configuration(format!(
+            "bad worker URL {raw:?}: it has no host"
+        )));
+    }
+    Ok(url)
+}
+
+/// Resolver handed to the distributed planner: a snapshot of the URLs taken at planning time,
+/// so one query plans and runs against one consistent worker set.
+pub struct FixedResolver(pub Vec<Url>);
+
+impl WorkerResolver for FixedResolver {
+    fn get_urls(&self) -> Result<Vec<Url>> {
+        Ok(self.0.clone())
+    }
+}

@@ -1,0 +1,59 @@
+//! The one tokio runtime this library owns.
+//!
+//! datafusion-python polls our futures on its own runtime threads, where our copy of tokio sees
+//! no runtime; every FFI object we export therefore carries this runtime's handle, and every
+//! blocking call from Python runs here with the GIL released (Python UDFs on worker threads
+//! need the GIL).
+use std::future::Future;
+use std::sync::OnceLock;
+
+use pyo3::prelude::*;
+use tokio::runtime::{Handle, Runtime};
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+pub fn runtime() -> &'static Runtime {
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("dfd-py")
+            .enable_all()
+            .build()
+            .expect("failed to start the datafusion-distributed-py tokio runtime")
+    })
+}
+
+pub fn handle() -> Handle {
+    runtime().handle().clone()
+}
+
+/// Runs `fut` to completion on our runtime with the GIL released, so that Ctrl-C can be
+/// noticed: the wait is chopped into short slices between which Python signals are checked.
+/// On a pending KeyboardInterrupt the task is aborted (dropping its streams cancels the query)
+/// and the exception propagates.
+pub fn wait_for<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut task = runtime().spawn(fut);
+    loop {
+        let done = py.detach(|| {
+            runtime().block_on(async {
+                tokio::time::timeout(std::time::Duration::from_millis(100), &mut task).await
+            })
+        });
+        match done {
+            Ok(joined) => {
+                return joined.map_err(|e| {
+                    pyo3::exceptions::PyRuntimeError::new_err(format!("task failed: {e}"))
+                })?
+            }
+            Err(_elapsed) => {
+                if let Err(err) = py.check_signals() {
+                    task.abort();
+                    return Err(err);
+                }
+            }
+        }
+    }
+}

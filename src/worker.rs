@@ -1,0 +1,139 @@
+//! `WorkerServer`: a datafusion-distributed worker served over gRPC (Arrow Flight) with tonic.
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
+use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use pyo3::exceptions::{PyOSError, PyRuntimeError};
+use pyo3::prelude::*;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::capsule;
+use crate::runtime;
+
+#[pyclass(module = "datafusion_distributed_py._internal")]
+pub struct WorkerServer {
+    host: String,
+    port: u16,
+    worker: Worker,
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+#[pymethods]
+impl WorkerServer {
+    /// `codec` is the worker-side session's physical extension codec (or the session): it
+    /// decodes what the coordinator's session encoded, Python UDFs included.
+    #[new]
+    #[pyo3(signature = (host, port, codec, version))]
+    fn new(host: String, port: u16, codec: &Bound<'_, PyAny>, version: String) -> PyResult<Self> {
+        let ffi_codec: FFI_PhysicalExtensionCodec = capsule::import(
+            codec,
+            "__datafusion_physical_extension_codec__",
+            "datafusion_physical_extension_codec",
+        )?;
+        let codec: Arc<dyn PhysicalExtensionCodec> = (&ffi_codec).into();
+        let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
+            let codec = Arc::clone(&codec);
+            async move { Ok(qctx.builder.with_distributed_user_codec_arc(codec).build()) }
+        })
+        .with_runtime_env(Arc::new(RuntimeEnv::default()))
+        .with_version(version);
+        Ok(Self {
+            host,
+            port,
+            worker,
+            running: Mutex::new(None),
+        })
+    }
+
+    /// Binds the port and serves in the background; returns the bound port.
+    fn start(&mut self, py: Python<'_>) -> PyResult<u16> {
+        let mut running = self.running.lock().expect("poisoned");
+        if running.is_some() {
+            return Ok(self.port);
+        }
+        let addr = format!("{}:{}", self.host, self.port);
+        let listener = py
+            .detach(|| runtime::runtime().block_on(tokio::net::TcpListener::bind(&addr)))
+            .map_err(|e| PyOSError::new_err(format!("cannot listen on {addr}: {e}")))?;
+        let bound: SocketAddr = listener.local_addr()?;
+        self.port = bound.port();
+        let (tx, rx) = oneshot::channel();
+        let service = self.worker.clone().into_worker_server();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let task = runtime::runtime().spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                })
+                .await
+        });
+        *running = Some(Running { shutdown: tx, task });
+        Ok(self.port)
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    #[getter]
+    fn host(&self) -> String {
+        self.host.clone()
+    }
+
+    #[getter]
+    fn running(&self) -> bool {
+        self.running
+            .lock()
+            .expect("poisoned")
+            .as_ref()
+            .is_some_and(|r| !r.task.is_finished())
+    }
+
+    /// Stops accepting work; in-flight calls get up to `drain_seconds` to finish.
+    #[pyo3(signature = (drain_seconds = 5.0))]
+    fn stop(&self, py: Python<'_>, drain_seconds: f64) -> PyResult<()> {
+        let Some(running) = self.running.lock().expect("poisoned").take() else {
+            return Ok(());
+        };
+        let _ = running.shutdown.send(());
+        let mut task = running.task;
+        let drained = py.detach(|| {
+            runtime::runtime().block_on(async {
+                tokio::time::timeout(Duration::from_secs_f64(drain_seconds.max(0.0)), &mut task)
+                    .await
+            })
+        });
+        match drained {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(PyRuntimeError::new_err(format!("worker server failed: {e}"))),
+            Ok(Err(e)) => Err(PyRuntimeError::new_err(format!("worker server task: {e}"))),
+            Err(_) => {
+                task.abort();
+                Ok(())
+            }
+        }
+    }
+
+    /// Blocks (GIL released) until the server stops; Ctrl-C raises KeyboardInterrupt.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        loop {
+            if !self.running() {
+                return Ok(());
+            }
+            py.detach(|| std::thread::sleep(Duration::from_millis(100)));
+            py.check_signals()?;
+        }
+    }
+}

@@ -1,0 +1,73 @@
+"""Bad input gets a clear exception, never wrong rows or an empty result."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from datafusion import SessionContext
+
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    DistributedError,
+    UnsupportedTableError,
+)
+from datafusion_distributed_py._compat import check_datafusion_major
+
+
+def test_not_a_session_context():
+    with pytest.raises(TypeError, match="SessionContext"):
+        DistributedContext(42)
+
+
+def test_empty_worker_list():
+    with pytest.raises(ValueError, match="workers"):
+        DistributedContext(SessionContext(), workers=[])
+
+
+@pytest.mark.parametrize("url", ["not a url", "localhost:50051", "http://", "://x:1"])
+def test_malformed_worker_url(url):
+    with pytest.raises(ValueError, match="URL"):
+        DistributedContext(SessionContext(), workers=[url])
+
+
+def test_single_string_instead_of_list():
+    with pytest.raises(TypeError, match="list"):
+        DistributedContext(SessionContext(), workers="http://localhost:50051")
+
+
+def test_bad_config_type():
+    with pytest.raises(TypeError, match="DistributedConfig"):
+        DistributedContext(SessionContext(), config={"max_tasks_per_stage": 2})
+
+
+def test_sql_error_keeps_datafusion_message(dctx):
+    with pytest.raises(Exception, match="no_such_table"):
+        dctx.sql("SELECT * FROM no_such_table")
+    with pytest.raises(Exception, match="(?i)no_such_column"):
+        dctx.sql("SELECT no_such_column FROM nation")
+
+
+def test_pyarrow_dataset_table_is_refused_with_its_name(tmp_path):
+    ctx = SessionContext()
+    ctx.register_dataset("pads", ds.dataset(pa.table({"a": [1, 2, 3]})))
+    dctx = DistributedContext(ctx)
+    with pytest.raises(UnsupportedTableError, match="pads"):
+        dctx.sql("SELECT sum(a) FROM pads")
+    assert issubclass(UnsupportedTableError, DistributedError)
+
+
+def test_version_mismatch_message():
+    with pytest.raises(ImportError, match=r"54\.1\.0.*55|55.*54\.1\.0"):
+        check_datafusion_major("54.1.0", 55)
+    check_datafusion_major("55.0.0", 55)
+
+
+def test_config_validation():
+    with pytest.raises(TypeError):
+        DistributedConfig(max_tasks_per_stage="4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        DistributedConfig(max_tasks_per_stage=-1)
+    with pytest.raises(TypeError):
+        DistributedConfig(no_such_knob=1)  # type: ignore[call-arg]
