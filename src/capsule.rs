@@ -14,9 +14,9 @@ pub fn import<T: Clone>(obj: &Bound<'_, PyAny>, method: &str, name: &str) -> PyR
     } else {
         obj.call_method0(method)?
     };
-    let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
-        PyTypeError::new_err(format!("{method}() did not return a PyCapsule"))
-    })?;
+    let capsule = capsule
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err(format!("{method}() did not return a PyCapsule")))?;
     let actual = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
     if actual.as_deref() != Some(name) {
         return Err(PyTypeError::new_err(format!(
@@ -33,5 +33,9 @@ pub fn export<'py, T: 'static + Send>(
     value: T,
     name: &str,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    PyCapsule::new(py, value, Some(CString::new(name).expect("static capsule name")))
+    PyCapsule::new(
+        py,
+        value,
+        Some(CString::new(name).expect("static capsule name")),
+    )
 }

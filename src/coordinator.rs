@@ -3,7 +3,9 @@
 //! The path of a query: datafusion-python plans it single-node and serialises the physical
 //! plan with its own codecs (Python UDFs and in-memory batches travel inline). We decode it
 //! here with those same codecs (imported over FFI), let datafusion-distributed split it into
-//! stages for the current worker set, and hand the result back as a table provider.
+//! stages for the current worker set, and hand the result back as a table provider. Each run
+//! of the result plans again from the bytes: plan nodes (dynamic filters, join state) must
+//! not be executed twice, and the worker set may have changed.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
@@ -30,10 +32,13 @@ use url::Url;
 
 use crate::capsule;
 use crate::embedded::EmbeddedCluster;
-use crate::errors::{to_py_err, WorkerError};
+use crate::errors::{to_py_err, worker_failure};
 use crate::resolver::{parse_worker_url, FixedResolver, Workers};
 use crate::table::{DistributedPlan, DistributedTable};
-use crate::VERSION;
+use crate::{runtime, VERSION};
+
+/// How long a worker may take to answer the pre-query handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 enum Cluster {
     Embedded(EmbeddedCluster),
@@ -41,13 +46,28 @@ enum Cluster {
     Remote(Workers, DefaultChannelResolver),
 }
 
-/// How long a worker may take to answer the pre-query handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a query needs to be planned (again): datafusion-python's serialised physical plan,
+/// the session codec that can decode it, and the config entries to plan and run with.
+pub struct PlanRequest {
+    pub plan_bytes: Vec<u8>,
+    pub codec: Arc<dyn PhysicalExtensionCodec>,
+    pub options: HashMap<String, String>,
+}
+
+/// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
+pub struct Planned {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub task_ctx: Arc<TaskContext>,
+}
+
+pub struct ClusterPlanner {
+    cluster: Cluster,
+    runtime_env: Arc<RuntimeEnv>,
+}
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct Coordinator {
-    cluster: Cluster,
-    runtime_env: Arc<RuntimeEnv>,
+    planner: Arc<ClusterPlanner>,
 }
 
 #[pymethods]
@@ -60,10 +80,7 @@ impl Coordinator {
         }
         let runtime_env = Arc::new(RuntimeEnv::default());
         let cluster = EmbeddedCluster::start(n_workers, Arc::clone(&runtime_env), VERSION);
-        Ok(Self {
-            cluster: Cluster::Embedded(cluster),
-            runtime_env,
-        })
+        Ok(Self::new(Cluster::Embedded(cluster), runtime_env))
     }
 
     /// A coordinator over remote workers: a list of URLs, or a callable returning one.
@@ -83,20 +100,17 @@ impl Coordinator {
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             Workers::Static(urls)
         };
-        Ok(Self {
-            cluster: Cluster::Remote(workers, DefaultChannelResolver::default()),
-            runtime_env: Arc::new(RuntimeEnv::default()),
-        })
+        let channels = DefaultChannelResolver::default();
+        Ok(Self::new(
+            Cluster::Remote(workers, channels),
+            Arc::new(RuntimeEnv::default()),
+        ))
     }
 
     /// The worker URLs a query planned now would use.
     fn worker_urls(&self) -> PyResult<Vec<String>> {
-        Ok(self
-            .urls()
-            .map_err(to_py_err)?
-            .iter()
-            .map(|u| u.to_string())
-            .collect())
+        let urls = self.planner.urls().map_err(to_py_err)?;
+        Ok(urls.iter().map(|u| u.to_string()).collect())
     }
 
     /// Distributes a physical plan serialised by datafusion-python.
@@ -115,30 +129,39 @@ impl Coordinator {
             "__datafusion_physical_extension_codec__",
             "datafusion_physical_extension_codec",
         )?;
-        let codec: Arc<dyn PhysicalExtensionCodec> = (&ffi_codec).into();
-        let urls = self.urls().map_err(to_py_err)?;
-        let state = self.session_state(urls, &options, Arc::clone(&codec))?;
-        let task_ctx = state.task_ctx();
-        // Decoding may call back into Python (UDF payloads), so it runs with the GIL held.
-        let plan = physical_plan_from_bytes_with_extension_codec(&plan_bytes, &task_ctx, &*codec)
-            .map_err(to_py_err)?;
-        let handshake = match &self.cluster {
-            Cluster::Remote(_, channels) => Some((channels.clone(), urls)),
-            Cluster::Embedded(_) => None,
-        };
-        let distributed = crate::runtime::wait_for(py, async move {
-            if let Some((channels, urls)) = handshake {
-                check_workers(&channels, &urls).await?;
-            }
-            distribute_plan(plan, state).await.map_err(to_py_err)
-        })?;
+        let request = Arc::new(PlanRequest {
+            plan_bytes,
+            codec: (&ffi_codec).into(),
+            options,
+        });
+        let planner = Arc::clone(&self.planner);
+        let req = Arc::clone(&request);
+        let planned = runtime::wait_for(
+            py,
+            async move { planner.plan(&req).await.map_err(to_py_err) },
+        )?;
         Ok(DistributedPlan {
-            table: Arc::new(DistributedTable::new(distributed, task_ctx)),
+            table: Arc::new(DistributedTable::new(
+                Arc::clone(&self.planner),
+                request,
+                planned,
+            )),
         })
     }
 }
 
 impl Coordinator {
+    fn new(cluster: Cluster, runtime_env: Arc<RuntimeEnv>) -> Self {
+        Self {
+            planner: Arc::new(ClusterPlanner {
+                cluster,
+                runtime_env,
+            }),
+        }
+    }
+}
+
+impl ClusterPlanner {
     fn urls(&self) -> Result<Vec<Url>> {
         match &self.cluster {
             Cluster::Embedded(c) => Ok(c.urls.clone()),
@@ -146,12 +169,25 @@ impl Coordinator {
         }
     }
 
+    /// Resolves the workers, checks them, decodes the plan and distributes it.
+    pub async fn plan(&self, req: &PlanRequest) -> Result<Planned> {
+        let urls = self.urls()?;
+        if let Cluster::Remote(_, channels) = &self.cluster {
+            check_workers(channels, &urls).await?;
+        }
+        let state = self.session_state(urls, &req.options, Arc::clone(&req.codec))?;
+        let task_ctx = state.task_ctx();
+        let plan =
+            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
+        distribute_plan(plan, state).await
+    }
+
     fn session_state(
         &self,
         urls: Vec<Url>,
         options: &HashMap<String, String>,
         codec: Arc<dyn PhysicalExtensionCodec>,
-    ) -> PyResult<SessionState> {
+    ) -> Result<SessionState> {
         let mut cfg = SessionConfig::new();
         cfg.set_distributed_worker_resolver(FixedResolver(urls));
         match &self.cluster {
@@ -165,9 +201,19 @@ impl Coordinator {
         let mut entries: Vec<_> = options.iter().collect();
         entries.sort_by_key(|(k, _)| (k.starts_with("distributed."), k.as_str()));
         for (key, value) in entries {
-            cfg.options_mut()
-                .set(key, value)
-                .map_err(|e| PyValueError::new_err(format!("config {key}={value}: {e}")))?;
+            match cfg.options_mut().set(key, value) {
+                Ok(()) => {}
+                // The session's own settings include runtime-env entries that are not config
+                // options; those stay with the session.
+                Err(e) if key.starts_with("datafusion.") => {
+                    log::debug!("not forwarding session setting {key}: {e}")
+                }
+                Err(e) => {
+                    return Err(DataFusionError::Configuration(format!(
+                        "config {key}={value}: {e}"
+                    )))
+                }
+            }
         }
         Ok(SessionStateBuilder::new()
             .with_default_features()
@@ -178,11 +224,9 @@ impl Coordinator {
 }
 
 /// Runs datafusion-distributed's planner over an existing physical plan: it wraps whatever
-/// query planner the state has, so we give it one that returns our plan.
-async fn distribute_plan(
-    plan: Arc<dyn ExecutionPlan>,
-    state: SessionState,
-) -> Result<Arc<dyn ExecutionPlan>> {
+/// query planner the state has, so we give it one that returns our plan. The task context
+/// returned carries what the planner registered (routing handlers): execution needs it.
+async fn distribute_plan(plan: Arc<dyn ExecutionPlan>, state: SessionState) -> Result<Planned> {
     let state = SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
         .with_distributed_planner()
@@ -191,12 +235,19 @@ async fn distribute_plan(
         produce_one_row: false,
         schema: Arc::new(DFSchema::empty()),
     });
-    state.query_planner().create_physical_plan(&empty, &state).await
+    let plan = state
+        .query_planner()
+        .create_physical_plan(&empty, &state)
+        .await?;
+    Ok(Planned {
+        plan,
+        task_ctx: state.task_ctx(),
+    })
 }
 
 /// Asks every worker for its version before a query is sent: a down worker or a worker of
 /// another release is reported by URL, quickly, instead of failing mid-query.
-async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> PyResult<()> {
+async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> Result<()> {
     let checks = urls.iter().map(|url| async move {
         let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
             let mut client = channels.get_worker_client_for_url(url).await?;
@@ -204,27 +255,27 @@ async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> PyRes
         })
         .await;
         match info {
-            Err(_) => Err(WorkerError::new_err(format!(
+            Err(_) => Err(worker_failure(format!(
                 "worker {url} did not answer within {}s",
                 HANDSHAKE_TIMEOUT.as_secs()
             ))),
-            Ok(Err(e)) => Err(WorkerError::new_err(format!(
+            Ok(Err(e)) => Err(worker_failure(format!(
                 "worker {url} is unreachable: {}",
-                root_cause(&e)
+                e.find_root()
             ))),
-            Ok(Ok(info)) if info.version != VERSION => Err(WorkerError::new_err(format!(
-                "worker {url} runs datafusion-distributed-py {}, but this coordinator runs {VERSION}; \
-                 run the same release on the coordinator and every worker",
-                if info.version.is_empty() { "<unknown>" } else { &info.version }
+            Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
+                "worker {url} runs datafusion-distributed-py {}, but this coordinator runs \
+                 {VERSION}; run the same release on the coordinator and every worker",
+                if info.version.is_empty() {
+                    "<unknown>"
+                } else {
+                    &info.version
+                }
             ))),
             Ok(Ok(_)) => Ok(()),
         }
     });
     futures::future::try_join_all(checks).await.map(|_| ())
-}
-
-fn root_cause(e: &DataFusionError) -> String {
-    e.find_root().to_string()
 }
 
 #[derive(Debug)]

@@ -1,4 +1,6 @@
 //! Python exceptions raised by the Rust core.
+use std::fmt;
+
 use datafusion::error::DataFusionError;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -17,24 +19,30 @@ create_exception!(
     "A worker could not be reached, failed, or is incompatible."
 );
 
-/// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
-pub fn to_py_err(err: DataFusionError) -> PyErr {
-    let msg = err.to_string();
-    if looks_like_worker_failure(&msg) {
-        WorkerError::new_err(msg)
-    } else {
-        DistributedError::new_err(msg)
+/// A failure that names a worker: surfaces in Python as `WorkerError`.
+#[derive(Debug)]
+pub struct WorkerFailure(pub String);
+
+impl fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-fn looks_like_worker_failure(msg: &str) -> bool {
-    const MARKERS: [&str; 6] = [
-        "transport error",
-        "Connection refused",
-        "connection error",
-        "tcp connect error",
-        "Unavailable",
-        "h2 protocol error",
-    ];
-    MARKERS.iter().any(|m| msg.contains(m))
+impl std::error::Error for WorkerFailure {}
+
+pub fn worker_failure(msg: String) -> DataFusionError {
+    DataFusionError::External(Box::new(WorkerFailure(msg)))
+}
+
+/// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
+pub fn to_py_err(err: DataFusionError) -> PyErr {
+    let is_worker = matches!(err.find_root(), DataFusionError::External(e) if e.is::<WorkerFailure>())
+        || err
+            .to_string()
+            .contains("Error connecting to Distributed DataFusion worker");
+    match is_worker {
+        true => WorkerError::new_err(err.find_root().to_string()),
+        false => DistributedError::new_err(err.to_string()),
+    }
 }

@@ -24,7 +24,10 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pyo3_log::init();
     m.add("__version__", VERSION)?;
     m.add("DATAFUSION_MAJOR", datafusion_major())?;
-    m.add("DistributedError", m.py().get_type::<errors::DistributedError>())?;
+    m.add(
+        "DistributedError",
+        m.py().get_type::<errors::DistributedError>(),
+    )?;
     m.add("WorkerError", m.py().get_type::<errors::WorkerError>())?;
     m.add_class::<coordinator::Coordinator>()?;
     m.add_class::<table::DistributedPlan>()?;

@@ -1,15 +1,15 @@
 //! `DistributedPlan`: a planned distributed query exported to datafusion-python as a table.
 //!
 //! `ctx.read_table(plan)` gives an ordinary, lazy `datafusion.DataFrame`; each scan of it
-//! (each `collect`, `show`, `execute_stream`...) runs the distributed plan afresh.
+//! (each `collect`, `show`, `execute_stream`...) plans the query afresh for the current
+//! workers and runs it.
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::Result;
+use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::datasource::TableType;
-use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
@@ -18,42 +18,46 @@ use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_distributed::{display_plan_ascii, display_plan_graphviz, DistributedExec};
 use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::table_provider::FFI_TableProvider;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::capsule;
+use crate::coordinator::{ClusterPlanner, PlanRequest, Planned};
 use crate::errors::to_py_err;
 use crate::root::DistributedRootExec;
 use crate::runtime;
 
-#[derive(Debug)]
 pub struct DistributedTable {
-    plan: Arc<dyn ExecutionPlan>,
-    task_ctx: Arc<TaskContext>,
-    /// The copy of the plan run by the latest scan, kept for metrics and EXPLAIN ANALYZE.
+    planner: Arc<ClusterPlanner>,
+    request: Arc<PlanRequest>,
+    /// The plan made when the query was submitted: shown by `explain`.
+    planned: Arc<dyn ExecutionPlan>,
+    /// The plan run by the latest scan, kept for metrics and EXPLAIN ANALYZE.
     last_run: Mutex<Option<Arc<dyn ExecutionPlan>>>,
 }
 
+impl std::fmt::Debug for DistributedTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedTable").finish_non_exhaustive()
+    }
+}
+
 impl DistributedTable {
-    pub fn new(plan: Arc<dyn ExecutionPlan>, task_ctx: Arc<TaskContext>) -> Self {
+    pub fn new(planner: Arc<ClusterPlanner>, request: Arc<PlanRequest>, planned: Planned) -> Self {
         Self {
-            plan,
-            task_ctx,
+            planner,
+            request,
+            planned: planned.plan,
             last_run: Mutex::new(None),
         }
-    }
-
-    /// A copy with fresh execution state: a plan node may only be executed once.
-    fn fresh_plan(&self) -> Result<Arc<dyn ExecutionPlan>> {
-        let children = self.plan.children().into_iter().cloned().collect();
-        Arc::clone(&self.plan).with_new_children(children)
     }
 }
 
 #[async_trait]
 impl TableProvider for DistributedTable {
     fn schema(&self) -> SchemaRef {
-        self.plan.schema()
+        self.planned.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -67,23 +71,30 @@ impl TableProvider for DistributedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut plan = self.fresh_plan()?;
+        // datafusion-python polls this future on its own runtime: plan on ours.
+        let planner = Arc::clone(&self.planner);
+        let request = Arc::clone(&self.request);
+        let Planned { plan, task_ctx } = runtime::handle()
+            .spawn(async move { planner.plan(&request).await })
+            .await
+            .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
         *self.last_run.lock().expect("poisoned") = Some(Arc::clone(&plan));
+        let mut plan = plan;
         if let Some(projection) = projection {
             let schema = plan.schema();
             let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = projection
                 .iter()
                 .map(|&i| {
                     let name = schema.field(i).name().clone();
-                    (Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>, name)
+                    (
+                        Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                        name,
+                    )
                 })
                 .collect();
             plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
         }
-        Ok(Arc::new(DistributedRootExec::new(
-            plan,
-            Arc::clone(&self.task_ctx),
-        )))
+        Ok(Arc::new(DistributedRootExec::new(plan, task_ctx)))
     }
 }
 
@@ -98,21 +109,17 @@ impl DistributedPlan {
     /// True when the planner split the query into stages joined by network boundaries.
     #[getter]
     fn is_distributed(&self) -> bool {
-        self.table.plan.is::<DistributedExec>()
+        self.table.planned.is::<DistributedExec>()
     }
 
-    /// Renders the plan: `format` is "text" or "graphviz"; `analyze` uses the latest run.
+    /// Renders the plan: `format` is "text" or "graphviz"; `analyze` shows the latest run
+    /// with its metrics.
     #[pyo3(signature = (format = "text", analyze = false))]
     fn display(&self, format: &str, analyze: bool) -> PyResult<String> {
-        let plan = if analyze {
-            self.table
-                .last_run
-                .lock()
-                .expect("poisoned")
-                .clone()
-                .unwrap_or_else(|| Arc::clone(&self.table.plan))
-        } else {
-            Arc::clone(&self.table.plan)
+        let latest = self.table.last_run.lock().expect("poisoned").clone();
+        let plan = match (analyze, latest) {
+            (true, Some(run)) => run,
+            _ => Arc::clone(&self.table.planned),
         };
         if !plan.is::<DistributedExec>() {
             return Ok(displayable(plan.as_ref()).indent(true).to_string());
@@ -120,7 +127,7 @@ impl DistributedPlan {
         match format {
             "text" => Ok(display_plan_ascii(plan.as_ref(), analyze)),
             "graphviz" => display_plan_graphviz(plan).map_err(to_py_err),
-            other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            other => Err(PyValueError::new_err(format!(
                 "unknown explain format {other:?}: use 'text' or 'graphviz'"
             ))),
         }

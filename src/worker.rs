@@ -117,7 +117,9 @@ impl WorkerServer {
         });
         match drained {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(PyRuntimeError::new_err(format!("worker server failed: {e}"))),
+            Ok(Ok(Err(e))) => Err(PyRuntimeError::new_err(format!(
+                "worker server failed: {e}"
+            ))),
             Ok(Err(e)) => Err(PyRuntimeError::new_err(format!("worker server task: {e}"))),
             Err(_) => {
                 task.abort();

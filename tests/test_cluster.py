@@ -1,0 +1,231 @@
+"""Real worker processes on 127.0.0.1: LocalCluster, the CLI, resolvers and failures."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import SPLIT_CONFIG, assert_same_rows, is_distributed
+from datafusion import SessionContext
+
+from datafusion_distributed_py import (
+    DistributedContext,
+    LocalCluster,
+    Worker,
+    WorkerError,
+    tpch,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(3) as c:
+        yield c
+
+
+@pytest.fixture
+def cdctx(ctx, cluster):
+    return DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
+
+
+@pytest.mark.parametrize("n", tpch.QUERIES)
+def test_tpch_on_local_cluster(n, ctx, cdctx):
+    sql = tpch.query(n)
+    expected = ctx.sql(sql).to_arrow_table()
+    assert_same_rows(cdctx.sql(sql).to_arrow_table(), expected, ordered="order by" in sql.lower())
+
+
+def test_tasks_are_spread_over_all_workers(cdctx, cluster):
+    df = cdctx.sql("SELECT l_orderkey, count(*) FROM lineitem GROUP BY l_orderkey")
+    plan = cdctx.explain(df, analyze=True)
+    assert is_distributed(plan), plan
+    used = {u for u in cluster.urls if u.removeprefix("http://") in plan or u in plan}
+    assert used == set(cluster.urls), plan
+
+
+def test_workers_accepts_url_list_and_resolver(ctx, cluster):
+    sql = "SELECT o_orderstatus, count(*) AS c FROM orders GROUP BY 1"
+    expected = ctx.sql(sql).to_arrow_table()
+    calls = []
+
+    def resolver():
+        calls.append(1)
+        return cluster.urls
+
+    for workers in (list(cluster.urls), resolver):
+        dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+        assert_same_rows(dctx.sql(sql).to_arrow_table(), expected, ordered=False)
+    assert calls, "the resolver is called at planning"
+
+
+def test_down_worker_is_named_quickly(ctx):
+    # A port nothing listens on.
+    w = Worker(port=0).start()
+    url = w.url
+    w.stop()
+    dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=re.escape(url.removeprefix("http://"))):
+        dctx.sql("SELECT count(*) FROM lineitem GROUP BY l_linestatus").collect()
+    assert time.monotonic() - start < 10
+
+
+def test_version_mismatch_is_refused(ctx):
+    with LocalCluster(1, _report_versions=["0.0.0-other"]) as odd:
+        dctx = DistributedContext(ctx, workers=odd, config=SPLIT_CONFIG)
+        with pytest.raises(WorkerError, match=r"0\.0\.0-other") as e:
+            dctx.sql("SELECT count(*) FROM lineitem").collect()
+        assert odd.urls[0].removeprefix("http://") in str(e.value)
+
+
+def test_killed_worker_fails_query_then_survivors_work(ctx):
+    with LocalCluster(3) as c:
+        alive = list(c.urls)
+        dctx = DistributedContext(ctx, workers=lambda: alive, config=SPLIT_CONFIG)
+        sql = "SELECT l_orderkey, count(*) AS n FROM lineitem GROUP BY l_orderkey"
+        stream = dctx.sql(sql).execute_stream()
+        next(iter(stream))  # the query is running on every worker
+        victim = c.processes[1]
+        victim.kill()
+        victim.wait()
+        start = time.monotonic()
+        with pytest.raises(Exception) as e:
+            for _ in stream:
+                pass
+            # a query that had finished already must still fail on the next run
+            dctx.sql(sql).collect()
+        assert time.monotonic() - start < 30
+        assert c.urls[1].removeprefix("http://") in str(e.value) or "worker" in str(e.value)
+        alive.remove(c.urls[1])
+        expected = ctx.sql(sql).to_arrow_table()
+        assert_same_rows(dctx.sql(sql).to_arrow_table(), expected, ordered=False)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_keyboard_interrupt_cancels_work_on_workers():
+    with LocalCluster(2) as c:
+        ctx = SessionContext()
+        dctx = DistributedContext(ctx, workers=c)
+        # Minutes of work on the workers: a big cross join aggregated per key.
+        sql = (
+            "SELECT a.value % 7 AS k, count(*) AS n FROM generate_series(1, 400000) a "
+            "JOIN generate_series(1, 400000) b ON a.value % 1000 = b.value % 1000 GROUP BY 1"
+        )
+        df = dctx.sql(sql)
+        main = threading.main_thread().ident
+        timer = threading.Timer(3.0, signal.pthread_kill, (main, signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            df.collect()
+        assert time.monotonic() - start < 30
+        time.sleep(2.0)
+        before = sum(_cpu_seconds(p.pid) for p in c.processes)
+        time.sleep(2.0)
+        after = sum(_cpu_seconds(p.pid) for p in c.processes)
+        assert after - before < 0.5, f"workers kept computing: {after - before:.2f}s CPU in 2s"
+
+
+def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from datafusion_distributed_py import LocalCluster
+        c = LocalCluster(2)
+        print(" ".join(str(p.pid) for p in c.processes), flush=True)
+        time.sleep(600)
+    """))
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in owner.stdout.readline().split()]
+    assert len(pids) == 2
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids), "workers outlived their SIGKILLed parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_cli_prints_url_and_stops_on_sigterm(ctx):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", "0",
+         "--log-level", "info"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        line = proc.stdout.readline().strip()
+        m = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        assert m, line
+        dctx = DistributedContext(ctx, workers=[m.group(1)], config=SPLIT_CONFIG)
+        sql = "SELECT n_regionkey, count(*) AS c FROM nation GROUP BY 1"
+        assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert "stopped" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_console_script_help():
+    out = subprocess.run(["datafusion-distributed-worker", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for flag in ("--host", "--port", "--setup", "--log-level"):
+        assert flag in out
+
+
+def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
+    root = os.path.dirname(os.path.dirname(__file__))
+    workers = [
+        subprocess.Popen([sys.executable, os.path.join(root, "examples", "localhost_worker.py"),
+                          str(port)], stdout=subprocess.PIPE, text=True)
+        for port in _free_ports(2)
+    ]
+    try:
+        ports = [w.stdout.readline().strip().rsplit(":", 1)[1] for w in workers]
+        env = {**os.environ, "WORKERS": ",".join(ports)}
+        run = os.path.join(root, "examples", "distributed_run.py")
+        path = str(tpch_dir / "lineitem") + "/"
+        sql = "SELECT l_returnflag, count(*) AS n FROM t GROUP BY 1 ORDER BY 1"
+        out = subprocess.run([sys.executable, run, path, sql], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        for flag in ("A", "N", "R"):
+            assert flag in out
+        plan = subprocess.run([sys.executable, run, path, sql, "--plan"], env=env,
+                              capture_output=True, text=True, check=True).stdout
+        assert "Stage" in plan or "Exec" in plan
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGINT)
+            w.wait(15)
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
