@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
 import pyarrow as pa
@@ -53,8 +54,7 @@ class DistributedContext:
     Example:
         >>> from datafusion import SessionContext
         >>> ctx = SessionContext()
-        >>> ctx.from_pydict({"k": [1, 1, 2], "v": [1.0, 2.0, 3.0]}, name="t")  # doctest: +ELLIPSIS
-        DataFrame(...)
+        >>> _ = ctx.from_pydict({"k": [1, 1, 2], "v": [1.0, 2.0, 3.0]}, name="t")
         >>> dctx = DistributedContext(ctx)
         >>> dctx.sql("SELECT k, sum(v) AS s FROM t GROUP BY k ORDER BY k").to_pylist()
         [{'k': 1, 's': 3.0}, {'k': 2, 's': 3.0}]
@@ -178,11 +178,15 @@ class DistributedContext:
     def _plan(self, df: DataFrame) -> _internal.DistributedPlan:
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
+        session = _session_options(self._ctx)
         try:
-            plan_bytes = df.execution_plan().to_bytes(self._ctx)
+            with _planning_settings(self._ctx, session):
+                # A DataFrame plans with the settings of its creation: re-create it under ours.
+                fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+                plan_bytes = fresh.execution_plan().to_bytes(self._ctx)
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(df, e) from e
-        options = {**_session_options(self._ctx), **self._config.to_options()}
+        options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
         codec = self._ctx.__datafusion_physical_extension_codec__()
         return self._coordinator.distribute(plan_bytes, codec, options)
 
@@ -231,6 +235,27 @@ def _session_options(ctx: SessionContext) -> dict[str, str]:
     except Exception:  # information_schema disabled: planner defaults apply
         return {}
     return {r["name"]: r["value"] for r in rows if r["value"] is not None}
+
+
+#: Settings the single-node planner must use for a plan that will be distributed:
+#: datafusion-distributed cannot cut a plan whose scalar subqueries run as a physical
+#: ScalarSubqueryExec (their stages are never scheduled), so they are planned as joins.
+_PLANNING_OVERRIDES = {
+    "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery": "false",
+}
+
+
+@contextlib.contextmanager
+def _planning_settings(ctx: SessionContext, session: dict[str, str]) -> Iterator[None]:
+    """Apply :data:`_PLANNING_OVERRIDES` to ``ctx`` while it plans, then restore them."""
+    changed = {k: session[k] for k, v in _PLANNING_OVERRIDES.items() if session.get(k, v) != v}
+    for key in changed:
+        ctx.sql(f"SET {key} = {_PLANNING_OVERRIDES[key]}")
+    try:
+        yield
+    finally:
+        for key, value in changed.items():
+            ctx.sql(f"SET {key} = {value}")
 
 
 def _unsupported(df: DataFrame, err: Exception) -> DistributedError:
