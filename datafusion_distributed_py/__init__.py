@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import datafusion as _datafusion
 
 from datafusion_distributed_py._build import DATAFUSION_MAJOR
@@ -29,9 +31,22 @@ from datafusion_distributed_py.errors import (  # noqa: E402
     UnsupportedTableError,
     WorkerError,
 )
-from datafusion_distributed_py.worker import Worker  # noqa: E402
+
+if TYPE_CHECKING:
+    from datafusion_distributed_py.worker import Worker
 
 __version__: str = _internal.__version__
+
+
+def __getattr__(name: str) -> object:
+    # `Worker` is loaded on first use so that `python -m datafusion_distributed_py.worker`
+    # does not find its module already imported by this package.
+    if name == "Worker":
+        from datafusion_distributed_py.worker import Worker
+
+        return Worker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DATAFUSION_MAJOR",

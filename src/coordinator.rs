@@ -35,6 +35,7 @@ use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
 use crate::resolver::{parse_worker_url, FixedResolver, Workers};
 use crate::table::{DistributedPlan, DistributedTable};
+use crate::tracking::{TaskLog, TrackingChannels};
 use crate::{runtime, VERSION};
 
 /// How long a worker may take to answer the pre-query handshake.
@@ -58,6 +59,8 @@ pub struct PlanRequest {
 pub struct Planned {
     pub plan: Arc<dyn ExecutionPlan>,
     pub task_ctx: Arc<TaskContext>,
+    /// Filled while the plan runs: which worker ran which task.
+    pub log: Arc<TaskLog>,
 }
 
 pub struct ClusterPlanner {
@@ -175,11 +178,17 @@ impl ClusterPlanner {
         if let Cluster::Remote(_, channels) = &self.cluster {
             check_workers(channels, &urls).await?;
         }
-        let state = self.session_state(urls, &req.options, Arc::clone(&req.codec))?;
+        let log = Arc::new(TaskLog::default());
+        let state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
         let task_ctx = state.task_ctx();
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
-        distribute_plan(plan, state).await
+        let (plan, task_ctx) = distribute_plan(plan, state).await?;
+        Ok(Planned {
+            plan,
+            task_ctx,
+            log,
+        })
     }
 
     fn session_state(
@@ -187,12 +196,22 @@ impl ClusterPlanner {
         urls: Vec<Url>,
         options: &HashMap<String, String>,
         codec: Arc<dyn PhysicalExtensionCodec>,
+        log: &Arc<TaskLog>,
     ) -> Result<SessionState> {
         let mut cfg = SessionConfig::new();
         cfg.set_distributed_worker_resolver(FixedResolver(urls));
+        let log = Arc::clone(log);
         match &self.cluster {
-            Cluster::Embedded(c) => cfg.set_distributed_channel_resolver(c.channels.clone()),
-            Cluster::Remote(_, channels) => cfg.set_distributed_channel_resolver(channels.clone()),
+            Cluster::Embedded(c) => cfg.set_distributed_channel_resolver(TrackingChannels {
+                inner: c.channels.clone(),
+                log,
+            }),
+            Cluster::Remote(_, channels) => {
+                cfg.set_distributed_channel_resolver(TrackingChannels {
+                    inner: channels.clone(),
+                    log,
+                })
+            }
         }
         // Python UDFs and other extension payloads are encoded for remote workers with the
         // session's own codec.
@@ -226,7 +245,10 @@ impl ClusterPlanner {
 /// Runs datafusion-distributed's planner over an existing physical plan: it wraps whatever
 /// query planner the state has, so we give it one that returns our plan. The task context
 /// returned carries what the planner registered (routing handlers): execution needs it.
-async fn distribute_plan(plan: Arc<dyn ExecutionPlan>, state: SessionState) -> Result<Planned> {
+async fn distribute_plan(
+    plan: Arc<dyn ExecutionPlan>,
+    state: SessionState,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
     let state = SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
         .with_distributed_planner()
@@ -239,10 +261,7 @@ async fn distribute_plan(plan: Arc<dyn ExecutionPlan>, state: SessionState) -> R
         .query_planner()
         .create_physical_plan(&empty, &state)
         .await?;
-    Ok(Planned {
-        plan,
-        task_ctx: state.task_ctx(),
-    })
+    Ok((plan, state.task_ctx()))
 }
 
 /// Asks every worker for its version before a query is sent: a down worker or a worker of

@@ -9,6 +9,7 @@ mod resolver;
 mod root;
 mod runtime;
 mod table;
+mod tracking;
 mod worker;
 
 /// Our package version; workers report it and the coordinator compares it.

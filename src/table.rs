@@ -15,7 +15,10 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
-use datafusion_distributed::{display_plan_ascii, display_plan_graphviz, DistributedExec};
+use datafusion_distributed::{
+    display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
+    DistributedExec, DistributedMetricsFormat,
+};
 use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use pyo3::exceptions::PyValueError;
@@ -27,14 +30,15 @@ use crate::coordinator::{ClusterPlanner, PlanRequest, Planned};
 use crate::errors::to_py_err;
 use crate::root::DistributedRootExec;
 use crate::runtime;
+use crate::tracking::TaskLog;
 
 pub struct DistributedTable {
     planner: Arc<ClusterPlanner>,
     request: Arc<PlanRequest>,
     /// The plan made when the query was submitted: shown by `explain`.
     planned: Arc<dyn ExecutionPlan>,
-    /// The plan run by the latest scan, kept for metrics and EXPLAIN ANALYZE.
-    last_run: Mutex<Option<Arc<dyn ExecutionPlan>>>,
+    /// The plan run by the latest scan and where its tasks ran: for metrics and ANALYZE.
+    last_run: Mutex<Option<(Arc<dyn ExecutionPlan>, Arc<TaskLog>)>>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -74,11 +78,15 @@ impl TableProvider for DistributedTable {
         // datafusion-python polls this future on its own runtime: plan on ours.
         let planner = Arc::clone(&self.planner);
         let request = Arc::clone(&self.request);
-        let Planned { plan, task_ctx } = runtime::handle()
+        let Planned {
+            plan,
+            task_ctx,
+            log,
+        } = runtime::handle()
             .spawn(async move { planner.plan(&request).await })
             .await
             .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
-        *self.last_run.lock().expect("poisoned") = Some(Arc::clone(&plan));
+        *self.last_run.lock().expect("poisoned") = Some((Arc::clone(&plan), log));
         let mut plan = plan;
         if let Some(projection) = projection {
             let schema = plan.schema();
@@ -112,25 +120,45 @@ impl DistributedPlan {
         self.table.planned.is::<DistributedExec>()
     }
 
-    /// Renders the plan: `format` is "text" or "graphviz"; `analyze` shows the latest run
-    /// with its metrics.
+    /// Renders the plan: `format` is "text" or "graphviz". With `analyze`, the latest run:
+    /// its metrics per stage and the worker each task ran on.
     #[pyo3(signature = (format = "text", analyze = false))]
-    fn display(&self, format: &str, analyze: bool) -> PyResult<String> {
+    fn display(&self, py: Python<'_>, format: &str, analyze: bool) -> PyResult<String> {
+        if format != "text" && format != "graphviz" {
+            return Err(PyValueError::new_err(format!(
+                "unknown explain format {format:?}: use 'text' or 'graphviz'"
+            )));
+        }
         let latest = self.table.last_run.lock().expect("poisoned").clone();
-        let plan = match (analyze, latest) {
-            (true, Some(run)) => run,
-            _ => Arc::clone(&self.table.planned),
+        let (plan, log) = match (analyze, latest) {
+            (false, _) => (Arc::clone(&self.table.planned), None),
+            (true, Some((plan, log))) => (plan, Some(log)),
+            (true, None) => {
+                return Err(PyValueError::new_err(
+                    "analyze=True needs a run of the query first (collect it)",
+                ))
+            }
         };
         if !plan.is::<DistributedExec>() {
             return Ok(displayable(plan.as_ref()).indent(true).to_string());
         }
-        match format {
-            "text" => Ok(display_plan_ascii(plan.as_ref(), analyze)),
-            "graphviz" => display_plan_graphviz(plan).map_err(to_py_err),
-            other => Err(PyValueError::new_err(format!(
-                "unknown explain format {other:?}: use 'text' or 'graphviz'"
-            ))),
+        let plan = match analyze {
+            true => runtime::wait_for(py, async move {
+                rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::Aggregated)
+                    .await
+                    .map_err(to_py_err)
+            })?,
+            false => plan,
+        };
+        let mut text = match format {
+            "graphviz" => display_plan_graphviz(plan).map_err(to_py_err)?,
+            _ => display_plan_ascii(plan.as_ref(), analyze),
+        };
+        if let (Some(log), "text") = (log, format) {
+            text.push_str("Tasks by worker:\n");
+            text.push_str(&log.render());
         }
+        Ok(text)
     }
 
     /// The FFI table-provider protocol of datafusion-python (`ctx.read_table(plan)`).

@@ -1,0 +1,156 @@
+//! Where each task ran: a `ChannelResolver` wrapper that records every task the coordinator
+//! sends (stage, task, worker URL) and names the worker in errors coming back from it.
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion_distributed::{
+    ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
+    GetWorkerInfoResponse, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
+};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use http::HeaderMap;
+use url::Url;
+
+use crate::errors::{worker_failure, WorkerFailure};
+
+/// One task of one stage, and where it ran.
+#[derive(Clone, Debug)]
+pub struct TaskPlacement {
+    pub stage: usize,
+    pub task: usize,
+    pub task_count: usize,
+    pub url: Url,
+    pub sent_at: Instant,
+}
+
+/// The placements of one run of a query, in the order tasks were sent.
+#[derive(Default, Debug)]
+pub struct TaskLog {
+    placements: Mutex<Vec<TaskPlacement>>,
+}
+
+impl TaskLog {
+    pub fn placements(&self) -> Vec<TaskPlacement> {
+        self.placements.lock().expect("poisoned").clone()
+    }
+
+    /// `Stage N: t0 -> url, t1 -> url` lines, stages in order.
+    pub fn render(&self) -> String {
+        let mut by_stage: BTreeMap<usize, Vec<TaskPlacement>> = BTreeMap::new();
+        for p in self.placements() {
+            by_stage.entry(p.stage).or_default().push(p);
+        }
+        let mut out = String::new();
+        for (stage, mut tasks) in by_stage {
+            tasks.sort_by_key(|p| p.task);
+            let list: Vec<String> = tasks
+                .iter()
+                .map(|p| format!("t{}={}", p.task, p.url))
+                .collect();
+            out.push_str(&format!("Stage {stage}: {}\n", list.join(", ")));
+        }
+        out
+    }
+}
+
+pub struct TrackingChannels<C> {
+    pub inner: C,
+    pub log: Arc<TaskLog>,
+}
+
+#[async_trait]
+impl<C: ChannelResolver + Send + Sync> ChannelResolver for TrackingChannels<C> {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        let inner = self
+            .inner
+            .get_worker_client_for_url(url)
+            .await
+            .map_err(|e| name_worker(url, e))?;
+        Ok(Box::new(TrackingChannel {
+            inner,
+            url: url.clone(),
+            log: Arc::clone(&self.log),
+        }))
+    }
+}
+
+struct TrackingChannel {
+    inner: Box<dyn WorkerChannel>,
+    url: Url,
+    log: Arc<TaskLog>,
+}
+
+/// Wraps an error from a worker so that the message names it (once).
+fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
+    if matches!(e.find_root(), DataFusionError::External(inner) if inner.is::<WorkerFailure>()) {
+        return e;
+    }
+    worker_failure(format!("worker {url} failed: {e}"))
+}
+
+#[async_trait]
+impl WorkerChannel for TrackingChannel {
+    async fn coordinator_channel(
+        &mut self,
+        headers: HeaderMap,
+        set_plan_request: SetPlanRequest,
+        c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
+        self.log
+            .placements
+            .lock()
+            .expect("poisoned")
+            .push(TaskPlacement {
+                stage: set_plan_request.task_key.stage_id,
+                task: set_plan_request.task_key.task_number,
+                task_count: set_plan_request.task_count,
+                url: self.url.clone(),
+                sent_at: Instant::now(),
+            });
+        let url = self.url.clone();
+        let stream = self
+            .inner
+            .coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx)
+            .await
+            .map_err(|e| name_worker(&url, e))?;
+        Ok(stream.map_err(move |e| name_worker(&url, e)).boxed())
+    }
+
+    async fn execute_task(
+        &mut self,
+        headers: HeaderMap,
+        request: ExecuteTaskRequest,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
+        let url = self.url.clone();
+        let streams = self
+            .inner
+            .execute_task(headers, request, metrics, task_ctx)
+            .await
+            .map_err(|e| name_worker(&url, e))?;
+        Ok(streams
+            .into_iter()
+            .map(|s| {
+                let url = url.clone();
+                s.map_err(move |e| name_worker(&url, e)).boxed()
+            })
+            .collect())
+    }
+
+    async fn get_worker_info(
+        &mut self,
+        request: GetWorkerInfoRequest,
+    ) -> Result<GetWorkerInfoResponse> {
+        self.inner.get_worker_info(request).await
+    }
+}
