@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
     parser.add_argument("--parts", type=int, default=8, help="files per table")
     parser.add_argument("--data", default=os.path.join("benchmarks", "data"))
-    parser.add_argument("--workers", type=int, default=0,
-                        help="run on a LocalCluster of N worker processes (0 = embedded)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run on a LocalCluster of N worker processes (0 = embedded)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; best is kept")
     parser.add_argument("--queries", default="1-22", help="e.g. 1-22 or 1,3,5")
     args = parser.parse_args(argv)
@@ -61,15 +65,16 @@ def main(argv: list[str] | None = None) -> int:
             dctx = DistributedContext(ctx)
             mode = f"embedded({len(dctx.worker_urls)})"
         print(f"mode: {mode}, cores: {os.cpu_count()}, repeat: {args.repeat}\n")
-        header = f"{'query':>5} {'single (s)':>11} {'distributed (s)':>16} {'ratio':>7} {'dist?':>6} rows"
+        columns = ("query", 5), ("single (s)", 11), ("distributed (s)", 16), ("ratio", 7)
+        header = " ".join(f"{name:>{width}}" for name, width in columns) + "  dist? rows"
         print(header)
         print("-" * len(header))
         total_single = total_dist = 0.0
         failures = []
         for n in queries:
             sql = tpch.query(n)
-            t_single, expected = best_time(lambda: ctx.sql(sql).to_arrow_table(), args.repeat)
-            t_dist, got = best_time(lambda: dctx.sql(sql).to_arrow_table(), args.repeat)
+            t_single, expected = best_time(lambda q=sql: ctx.sql(q).to_arrow_table(), args.repeat)
+            t_dist, got = best_time(lambda q=sql: dctx.sql(q).to_arrow_table(), args.repeat)
             distributed = is_distributed(dctx.explain(sql))
             try:
                 assert_same_rows(got, expected, ordered="order by" in sql.lower())
@@ -79,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(n)
             total_single += t_single
             total_dist += t_dist
-            print(f"{'q' + str(n):>5} {t_single:11.3f} {t_dist:16.3f} {t_dist / t_single:7.2f} "
-                  f"{'yes' if distributed else 'no':>6} {same}", flush=True)
+            print(
+                f"{'q' + str(n):>5} {t_single:11.3f} {t_dist:16.3f} {t_dist / t_single:7.2f} "
+                f"{'yes' if distributed else 'no':>6} {same}",
+                flush=True,
+            )
         print("-" * len(header))
         ratio = total_dist / total_single
         print(f"{'total':>5} {total_single:11.3f} {total_dist:16.3f} {ratio:7.2f}")

@@ -22,7 +22,6 @@ from datafusion_distributed_py._compat import check_datafusion_major
 check_datafusion_major(_datafusion.__version__, DATAFUSION_MAJOR)
 
 from datafusion_distributed_py import _internal  # noqa: E402
-
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
 from datafusion_distributed_py.context import DistributedContext  # noqa: E402

@@ -66,8 +66,13 @@ class LocalCluster:
 
     def _spawn(self, i: int, setup: str | None, version: str | None) -> subprocess.Popen[bytes]:
         cmd = [
-            sys.executable, "-m", "datafusion_distributed_py.worker",
-            "--port", "0", "--parent-pid", str(os.getpid()),
+            sys.executable,
+            "-m",
+            "datafusion_distributed_py.worker",
+            "--port",
+            "0",
+            "--parent-pid",
+            str(os.getpid()),
         ]
         if setup:
             cmd += ["--setup", setup]
@@ -76,7 +81,10 @@ class LocalCluster:
         log = open(self._log_path(i), "wb")  # noqa: SIM115 - owned by the child
         try:
             return subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         finally:

@@ -106,7 +106,8 @@ class DistributedConfig:
         """A copy with one option set from its SQL text form (``SET distributed.key = value``).
 
         Example:
-            >>> DistributedConfig().with_option("distributed.broadcast_joins", "false").broadcast_joins
+            >>> cfg = DistributedConfig().with_option("distributed.broadcast_joins", "false")
+            >>> cfg.broadcast_joins
             False
         """
         name = key.removeprefix("distributed.")

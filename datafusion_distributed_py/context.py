@@ -17,7 +17,7 @@ from datafusion_distributed_py.errors import DistributedError, UnsupportedTableE
 
 #: What ``workers=`` accepts: None (embedded cluster), URL strings, an object with ``.urls``
 #: (such as ``LocalCluster``), or a callable returning URL strings at each query's planning.
-Workers = Union[None, Sequence[str], Callable[[], Sequence[str]], Any]
+Workers = Union[None, Sequence[str], Callable[[], Sequence[str]], Any]  # noqa: UP007
 
 _SET_DISTRIBUTED = re.compile(
     r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
@@ -193,9 +193,7 @@ class DistributedContext:
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
         kind = "Plan with Metrics" if analyze else "distributed_plan"
-        return self._ctx.from_arrow(
-            pa.table({"plan_type": [kind], "plan": [text]})
-        )
+        return self._ctx.from_arrow(pa.table({"plan_type": [kind], "plan": [text]}))
 
     def __repr__(self) -> str:
         return f"DistributedContext(workers={self.worker_urls!r})"

@@ -40,8 +40,8 @@ def assert_same_rows(got: pa.Table, expected: pa.Table, ordered: bool) -> None:
         got_rows = sorted(got_rows, key=repr)
         expected_rows = sorted(expected_rows, key=repr)
     assert len(got_rows) == len(expected_rows), (len(got_rows), len(expected_rows))
-    for g, e in zip(got_rows, expected_rows):
-        for gv, ev in zip(g, e):
+    for g, e in zip(got_rows, expected_rows, strict=True):
+        for gv, ev in zip(g, e, strict=True):
             if isinstance(gv, float) and isinstance(ev, float):
                 assert math.isclose(gv, ev, rel_tol=1e-9, abs_tol=1e-6), (g, e)
             else:

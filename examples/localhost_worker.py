@@ -1,6 +1,6 @@
 """Start one worker on a given port of 127.0.0.1 and serve until Ctrl-C.
 
-    python examples/localhost_worker.py 50051
+python examples/localhost_worker.py 50051
 """
 
 from __future__ import annotations

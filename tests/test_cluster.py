@@ -111,7 +111,8 @@ def test_killed_worker_fails_query_then_survivors_work(ctx):
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -142,13 +143,15 @@ def test_keyboard_interrupt_cancels_work_on_workers(tmp_path):
 
 def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
     script = tmp_path / "owner.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time
         from datafusion_distributed_py import LocalCluster
         c = LocalCluster(2)
         print(" ".join(str(p.pid) for p in c.processes), flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in owner.stdout.readline().split()]
     assert len(pids) == 2
@@ -170,9 +173,18 @@ def _alive(pid: int) -> bool:
 
 def test_cli_prints_url_and_stops_on_sigterm(ctx):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", "0",
-         "--log-level", "info"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "datafusion_distributed_py.worker",
+            "--port",
+            "0",
+            "--log-level",
+            "info",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         line = proc.stdout.readline().strip()
@@ -190,8 +202,9 @@ def test_cli_prints_url_and_stops_on_sigterm(ctx):
 
 
 def test_console_script_help():
-    out = subprocess.run(["datafusion-distributed-worker", "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["datafusion-distributed-worker", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for flag in ("--host", "--port", "--setup", "--log-level"):
         assert flag in out
 
@@ -199,8 +212,11 @@ def test_console_script_help():
 def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
     root = os.path.dirname(os.path.dirname(__file__))
     workers = [
-        subprocess.Popen([sys.executable, os.path.join(root, "examples", "localhost_worker.py"),
-                          str(port)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, os.path.join(root, "examples", "localhost_worker.py"), str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for port in _free_ports(2)
     ]
     try:
@@ -209,12 +225,18 @@ def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
         run = os.path.join(root, "examples", "distributed_run.py")
         path = str(tpch_dir / "lineitem") + "/"
         sql = "SELECT l_returnflag, count(*) AS n FROM t GROUP BY 1 ORDER BY 1"
-        out = subprocess.run([sys.executable, run, path, sql], env=env, capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, run, path, sql], env=env, capture_output=True, text=True, check=True
+        ).stdout
         for flag in ("A", "N", "R"):
             assert flag in out
-        plan = subprocess.run([sys.executable, run, path, sql, "--plan"], env=env,
-                              capture_output=True, text=True, check=True).stdout
+        plan = subprocess.run(
+            [sys.executable, run, path, sql, "--plan"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "Stage" in plan or "Exec" in plan
     finally:
         for w in workers:

@@ -39,7 +39,9 @@ def test_dataframe_methods(dctx, ctx, tmp_path):
 
 
 def test_further_operations_on_a_result(dctx, ctx):
-    df = dctx.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag")).select("l_returnflag")
+    df = (
+        dctx.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag")).select("l_returnflag")
+    )
     expected = ctx.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag"))
     assert df.to_pylist() == expected.select("l_returnflag").to_pylist()
 
@@ -78,7 +80,9 @@ def test_results_are_lazy(tmp_path):
         pq.write_table(pa.table({"k": [i] * 10, "v": list(range(10))}), path / f"{i}.parquet")
     ctx = SessionContext()
     ctx.register_parquet("t", str(path) + "/")
-    dctx = DistributedContext(ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=1))
+    dctx = DistributedContext(
+        ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=1)
+    )
     df = dctx.sql("SELECT k, sum(v) AS s FROM t GROUP BY k")
     (path / "1.parquet").unlink()
     with pytest.raises(Exception, match="1.parquet|not found|No such file"):
@@ -108,7 +112,9 @@ def test_csv_table(tmp_path):
         )
     ctx = SessionContext()
     ctx.register_csv("c", str(path) + "/")
-    dctx = DistributedContext(ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=64))
+    dctx = DistributedContext(
+        ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=64)
+    )
     sql = "SELECT k, sum(v) AS s FROM c GROUP BY k"
     assert is_distributed(dctx.explain(sql))
     assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
@@ -130,8 +136,10 @@ def test_statements_through_dctx(dctx, ctx, tmp_path):
         ctx.sql("SELECT * FROM v_nation")
     csv = tmp_path / "ext.csv"
     csv.write_text("a,b\n1,2\n3,4\n")
-    dctx.sql(f"CREATE EXTERNAL TABLE ext (a INT, b INT) STORED AS CSV LOCATION '{csv}' "
-             "OPTIONS ('format.has_header' 'true')")
+    dctx.sql(
+        f"CREATE EXTERNAL TABLE ext (a INT, b INT) STORED AS CSV LOCATION '{csv}' "
+        "OPTIONS ('format.has_header' 'true')"
+    )
     assert dctx.sql("SELECT sum(a) AS s FROM ext").to_pylist() == [{"s": 4}]
 
 

@@ -22,17 +22,25 @@ table_rows = st.lists(row, min_size=0, max_size=60)
 
 @st.composite
 def query(draw: st.DrawFn) -> str:
-    agg = draw(st.sampled_from(["count(*)", "sum(a.v)", "min(a.v)", "max(a.x)", "avg(a.x)",
-                                "count(DISTINCT a.v)"]))
+    agg = draw(
+        st.sampled_from(
+            ["count(*)", "sum(a.v)", "min(a.v)", "max(a.x)", "avg(a.x)", "count(DISTINCT a.v)"]
+        )
+    )
     op = draw(st.sampled_from(["<", ">", "=", "<>", ">=", "<="]))
     threshold = draw(ints)
-    where = draw(st.sampled_from([f"a.v {op} {threshold}", "a.v IS NULL",
-                                  f"a.x {op} {float(threshold)}", "true"]))
+    where = draw(
+        st.sampled_from(
+            [f"a.v {op} {threshold}", "a.v IS NULL", f"a.x {op} {float(threshold)}", "true"]
+        )
+    )
     join = draw(st.booleans())
     if join:
         kind = draw(st.sampled_from(["JOIN", "LEFT JOIN"]))
-        return (f"SELECT a.k, {agg} AS r, count(b.v) AS m FROM a {kind} b ON a.k = b.k "
-                f"WHERE {where} GROUP BY a.k")
+        return (
+            f"SELECT a.k, {agg} AS r, count(b.v) AS m FROM a {kind} b ON a.k = b.k "
+            f"WHERE {where} GROUP BY a.k"
+        )
     return f"SELECT a.k, {agg} AS r FROM a WHERE {where} GROUP BY a.k"
 
 
@@ -45,13 +53,16 @@ def _write(tmp_dir, name: str, data: list[tuple]) -> str:
     # Several files, so the scan splits into several tasks.
     chunks = [data[i::3] for i in range(3)]
     for i, chunk in enumerate(chunks):
-        cols = list(zip(*chunk)) if chunk else [[], [], []]
-        table = pa.table([pa.array(c, t.type) for c, t in zip(cols, schema)], schema=schema)
+        cols = list(zip(*chunk, strict=True)) if chunk else [[], [], []]
+        arrays = [pa.array(c, t.type) for c, t in zip(cols, schema, strict=True)]
+        table = pa.table(arrays, schema=schema)
         pq.write_table(table, path / f"{i}.parquet")
     return str(path) + "/"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(a=table_rows, b=table_rows, sql=query())
 def test_random_queries_match_single_node(tmp_path, a, b, sql):
     ctx = SessionContext()

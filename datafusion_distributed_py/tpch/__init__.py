@@ -34,7 +34,9 @@ def query(n: int) -> str:
 
 
 def _tpchgen() -> str:
-    exe = shutil.which("tpchgen-cli") or os.path.join(os.path.dirname(sys.executable), "tpchgen-cli")
+    exe = shutil.which("tpchgen-cli") or os.path.join(
+        os.path.dirname(sys.executable), "tpchgen-cli"
+    )
     if not os.path.exists(exe):
         raise RuntimeError("tpchgen-cli not found: pip install tpchgen-cli")
     return exe
