@@ -31,11 +31,12 @@ use pyo3::prelude::*;
 use url::Url;
 
 use crate::capsule;
+use crate::codec::fragment_codec;
 use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
 use crate::resolver::{parse_worker_url, FixedResolver, Workers};
 use crate::table::{DistributedPlan, DistributedTable};
-use crate::tracking::{TaskLog, TrackingChannels};
+use crate::tracking::{TaskLog, TrackingChannels, Transport};
 use crate::{runtime, VERSION};
 
 /// How long a worker may take to answer the pre-query handshake.
@@ -200,21 +201,18 @@ impl ClusterPlanner {
     ) -> Result<SessionState> {
         let mut cfg = SessionConfig::new();
         cfg.set_distributed_worker_resolver(FixedResolver(urls));
-        let log = Arc::clone(log);
-        match &self.cluster {
-            Cluster::Embedded(c) => cfg.set_distributed_channel_resolver(TrackingChannels {
-                inner: c.channels.clone(),
-                log,
-            }),
-            Cluster::Remote(_, channels) => {
-                cfg.set_distributed_channel_resolver(TrackingChannels {
-                    inner: channels.clone(),
-                    log,
-                })
-            }
-        }
-        // Python UDFs and other extension payloads are encoded for remote workers with the
-        // session's own codec.
+        let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
+        let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
+            Cluster::Embedded(c) => (Arc::new(c.channels.clone()), Transport::Embedded),
+            Cluster::Remote(_, channels) => (Arc::new(channels.clone()), Transport::Remote),
+        };
+        cfg.set_distributed_channel_resolver(TrackingChannels {
+            inner,
+            log: Arc::clone(log),
+            codec: fragments,
+            transport,
+        });
+        // The session codec also decodes what workers send back (e.g. partitioning).
         cfg.set_distributed_user_codec_arc(codec);
         // Apply `datafusion.*` first so that `distributed.*` keys win any overlap.
         let mut entries: Vec<_> = options.iter().collect();

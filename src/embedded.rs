@@ -18,10 +18,6 @@ use datafusion_distributed::{
     GetWorkerInfoRequest, GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, Worker,
     WorkerChannel, WorkerQueryContext, WorkerToCoordinatorMsg,
 };
-use datafusion_proto::bytes::{
-    physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
-};
-use datafusion_proto::physical_plan::DeduplicatingProtoConverter;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use http::HeaderMap;
@@ -51,16 +47,11 @@ impl WorkerChannel for InProcessChannel {
     async fn coordinator_channel(
         &mut self,
         headers: HeaderMap,
-        mut set_plan_request: SetPlanRequest,
+        set_plan_request: SetPlanRequest,
         c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
         _metrics: ExecutionPlanMetricsSet,
-        task_ctx: &Arc<TaskContext>,
+        _task_ctx: &Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
-        // Tasks of one stage share plan nodes (join state, dynamic filters, stream pools);
-        // a remote worker gets its own copy by decoding, so an embedded one must too.
-        if let MaybeEncoded::Decoded(plan) = set_plan_request.plan {
-            set_plan_request.plan = MaybeEncoded::Decoded(private_copy(plan, task_ctx)?);
-        }
         self.0
             .coordinator_channel(headers, set_plan_request, c2w_stream.map(Ok).boxed())
             .await
@@ -85,23 +76,6 @@ impl WorkerChannel for InProcessChannel {
             version: self.0.version().to_string(),
         })
     }
-}
-
-/// A copy of `plan` sharing no node with it: the same protobuf round trip, with the same
-/// codecs, that a plan sent to a remote worker makes.
-fn private_copy(plan: Arc<dyn ExecutionPlan>, ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
-    let codec = DistributedCodec::new_combined_with_user(ctx.session_config());
-    let bytes = physical_plan_to_bytes_with_proto_converter(
-        plan,
-        &codec,
-        &DeduplicatingProtoConverter::default(),
-    )?;
-    physical_plan_from_bytes_with_proto_converter(
-        &bytes,
-        ctx,
-        &codec,
-        &DeduplicatingProtoConverter::default(),
-    )
 }
 
 /// An in-process cluster: its worker URLs and the resolver that reaches them.

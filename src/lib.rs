@@ -2,6 +2,7 @@
 use pyo3::prelude::*;
 
 mod capsule;
+mod codec;
 mod coordinator;
 mod embedded;
 mod errors;

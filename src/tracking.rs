@@ -11,13 +11,15 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
-    GetWorkerInfoResponse, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
+    GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
 };
+use datafusion_proto::physical_plan::ComposedPhysicalExtensionCodec;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderMap;
 use url::Url;
 
+use crate::codec::{decode_fragment, encode_fragment};
 use crate::errors::{worker_failure, WorkerFailure};
 
 /// One task of one stage, and where it ran.
@@ -60,9 +62,21 @@ impl TaskLog {
     }
 }
 
+/// How a plan fragment reaches a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// In this process: the fragment is still decoded into a private copy, because tasks of
+    /// one stage share plan nodes (join state, dynamic filters, stream pools) and must not.
+    Embedded,
+    /// Over gRPC: the fragment is sent encoded.
+    Remote,
+}
+
 pub struct TrackingChannels<C> {
     pub inner: C,
     pub log: Arc<TaskLog>,
+    pub codec: Arc<ComposedPhysicalExtensionCodec>,
+    pub transport: Transport,
 }
 
 #[async_trait]
@@ -77,6 +91,8 @@ impl<C: ChannelResolver + Send + Sync> ChannelResolver for TrackingChannels<C> {
             inner,
             url: url.clone(),
             log: Arc::clone(&self.log),
+            codec: Arc::clone(&self.codec),
+            transport: self.transport,
         }))
     }
 }
@@ -85,6 +101,8 @@ struct TrackingChannel {
     inner: Box<dyn WorkerChannel>,
     url: Url,
     log: Arc<TaskLog>,
+    codec: Arc<ComposedPhysicalExtensionCodec>,
+    transport: Transport,
 }
 
 /// Wraps an error from a worker so that the message names it (once).
@@ -100,11 +118,20 @@ impl WorkerChannel for TrackingChannel {
     async fn coordinator_channel(
         &mut self,
         headers: HeaderMap,
-        set_plan_request: SetPlanRequest,
+        mut set_plan_request: SetPlanRequest,
         c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
         metrics: ExecutionPlanMetricsSet,
         task_ctx: &Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
+        if let MaybeEncoded::Decoded(plan) = set_plan_request.plan {
+            let bytes = encode_fragment(plan, &self.codec)?;
+            set_plan_request.plan = match self.transport {
+                Transport::Embedded => {
+                    MaybeEncoded::Decoded(decode_fragment(&bytes, task_ctx, &self.codec)?)
+                }
+                Transport::Remote => MaybeEncoded::Encoded(bytes),
+            };
+        }
         self.log
             .placements
             .lock()
