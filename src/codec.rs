@@ -11,11 +11,17 @@
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 
+use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::config::{ConfigOptions, Extensions};
 use datafusion::common::{not_impl_err, Result};
 use datafusion::execution::{SessionStateBuilder, TaskContext};
-use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
+use datafusion::logical_expr::{
+    AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, WindowUDF,
+};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::DistributedCodec;
+use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
 use datafusion_proto::bytes::{
     physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
 };
@@ -23,6 +29,9 @@ use datafusion_proto::physical_plan::{
     ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
     PhysicalProtoConverterExtension,
 };
+use pyo3::prelude::*;
+
+use crate::capsule;
 
 /// Names of the functions every DataFusion session has: these travel by name.
 static BUILTIN_FUNCTIONS: LazyLock<HashSet<String>> = LazyLock::new(|| {
@@ -84,6 +93,17 @@ pub fn fragment_codec(session: Arc<dyn PhysicalExtensionCodec>) -> ComposedPhysi
     ComposedPhysicalExtensionCodec::new(vec![Arc::new(DistributedNodes), session])
 }
 
+/// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`).
+pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PhysicalExtensionCodec>> {
+    let ffi: FFI_PhysicalExtensionCodec = capsule::import(
+        obj,
+        "__datafusion_physical_extension_codec__",
+        "datafusion_physical_extension_codec",
+    )?;
+    let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
+    Ok(Arc::new(SessionCodec(foreign)))
+}
+
 pub fn encode_fragment(
     plan: Arc<dyn ExecutionPlan>,
     codec: &ComposedPhysicalExtensionCodec,
@@ -99,4 +119,113 @@ pub fn decode_fragment(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let converter = DeduplicatingProtoConverter::default();
     physical_plan_from_bytes_with_proto_converter(bytes, ctx, codec, &converter)
+}
+
+/// The session's own codec (imported over FFI), wrapped so that the Python UDFs it decodes
+/// work in a session that carries config extensions.
+///
+/// A foreign scalar UDF receives the session's `ConfigOptions` over FFI as strings, and
+/// DataFusion 55's FFI sends extension entries (`distributed.*`) among the base options, which
+/// the receiving side cannot parse. The UDF never needs our extensions, so it gets the
+/// options without them.
+#[derive(Debug)]
+pub struct SessionCodec(pub Arc<dyn PhysicalExtensionCodec>);
+
+impl PhysicalExtensionCodec for SessionCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.0.try_decode(buf, inputs, ctx, converter)
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        self.0.try_encode(node, buf, converter)
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        let udf = self.0.try_decode_udf(name, buf)?;
+        Ok(Arc::new(ScalarUDF::new_from_impl(WithoutExtensions(udf))))
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        match node.inner().downcast_ref::<WithoutExtensions>() {
+            Some(wrapped) => self.0.try_encode_udf(&wrapped.0, buf),
+            None => self.0.try_encode_udf(node, buf),
+        }
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.0.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.0.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.0.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.0.try_encode_udwf(node, buf)
+    }
+}
+
+fn without_extensions(options: &ConfigOptions) -> Arc<ConfigOptions> {
+    let mut options = options.clone();
+    options.extensions = Extensions::new();
+    Arc::new(options)
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WithoutExtensions(Arc<ScalarUDF>);
+
+impl ScalarUDFImpl for WithoutExtensions {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.0.aliases()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.0.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.0.return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        self.0.return_field_from_args(args)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.0.coerce_types(arg_types)
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        args.config_options = without_extensions(&args.config_options);
+        self.0.invoke_with_args(args)
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let updated = self
+            .0
+            .inner()
+            .with_updated_config(&without_extensions(config))?;
+        Some(ScalarUDF::new_from_impl(WithoutExtensions(Arc::new(
+            updated,
+        ))))
+    }
 }

@@ -23,15 +23,13 @@ use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{
     ChannelResolver, DistributedExt, GetWorkerInfoRequest, SessionStateBuilderExt,
 };
-use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use url::Url;
 
-use crate::capsule;
-use crate::codec::fragment_codec;
+use crate::codec::{fragment_codec, import_session_codec};
 use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
 use crate::resolver::{parse_worker_url, FixedResolver, Workers};
@@ -128,14 +126,9 @@ impl Coordinator {
         codec: &Bound<'_, PyAny>,
         options: HashMap<String, String>,
     ) -> PyResult<DistributedPlan> {
-        let ffi_codec: FFI_PhysicalExtensionCodec = capsule::import(
-            codec,
-            "__datafusion_physical_extension_codec__",
-            "datafusion_physical_extension_codec",
-        )?;
         let request = Arc::new(PlanRequest {
             plan_bytes,
-            codec: (&ffi_codec).into(),
+            codec: import_session_codec(codec)?,
             options,
         });
         let planner = Arc::clone(&self.planner);

@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
-use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
-use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::capsule;
+use crate::codec::import_session_codec;
 use crate::runtime;
 
 #[pyclass(module = "datafusion_distributed_py._internal")]
@@ -35,12 +33,7 @@ impl WorkerServer {
     #[new]
     #[pyo3(signature = (host, port, codec, version))]
     fn new(host: String, port: u16, codec: &Bound<'_, PyAny>, version: String) -> PyResult<Self> {
-        let ffi_codec: FFI_PhysicalExtensionCodec = capsule::import(
-            codec,
-            "__datafusion_physical_extension_codec__",
-            "datafusion_physical_extension_codec",
-        )?;
-        let codec: Arc<dyn PhysicalExtensionCodec> = (&ffi_codec).into();
+        let codec = import_session_codec(codec)?;
         let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
             let codec = Arc::clone(&codec);
             async move { Ok(qctx.builder.with_distributed_user_codec_arc(codec).build()) }
