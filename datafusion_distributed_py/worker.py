@@ -10,13 +10,14 @@ SIGINT stop it gracefully: in-flight tasks get a bounded drain time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from datafusion import SessionContext
 
@@ -74,14 +75,13 @@ class Worker:
         return self
 
     def serve(self) -> None:
-        """Serve until stopped (GIL released); Ctrl-C stops gracefully."""
+        """Serve until SIGINT (Ctrl-C) or SIGTERM, then stop gracefully (blocking)."""
         self.start()
-        try:
-            self._server.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
+        stop = threading.Event()
+        with _stop_on_signals(stop):
+            while not stop.wait(0.2) and self._server.running:
+                pass
+        self.stop()
 
     def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
         """Stop accepting work; in-flight calls get ``drain_seconds`` to finish."""
@@ -95,6 +95,25 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"Worker({self.url!r})"
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGINT/SIGTERM while inside (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def load_setup(spec: str) -> Callable[[SessionContext], object]:
@@ -162,18 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     print(f"listening on {worker.url}", flush=True)
-    while not stop.wait(0.2):
-        pass
-    worker.stop(DRAIN_SECONDS)
+    worker.serve()
     print("stopped", flush=True)
     return 0
 

@@ -120,15 +120,4 @@ impl WorkerServer {
             }
         }
     }
-
-    /// Blocks (GIL released) until the server stops; Ctrl-C raises KeyboardInterrupt.
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        loop {
-            if !self.running() {
-                return Ok(());
-            }
-            py.detach(|| std::thread::sleep(Duration::from_millis(100)));
-            py.check_signals()?;
-        }
-    }
 }
