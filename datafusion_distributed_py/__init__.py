@@ -21,7 +21,10 @@ from datafusion_distributed_py._compat import check_datafusion_major
 # Before loading the Rust core: a mismatched wheel would fail later with an obscure FFI error.
 check_datafusion_major(_datafusion.__version__, DATAFUSION_MAJOR)
 
-from datafusion_distributed_py import _internal  # noqa: E402
+from datafusion_distributed_py import _internal, object_stores  # noqa: E402
+
+# Record object-store settings from now on, so workers can rebuild the user's stores.
+object_stores.install()
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
 from datafusion_distributed_py.context import DistributedContext  # noqa: E402

@@ -11,7 +11,7 @@ from typing import Any, Union
 import pyarrow as pa
 from datafusion import DataFrame, SessionContext
 
-from datafusion_distributed_py import _internal
+from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.errors import DistributedError, UnsupportedTableError
 
@@ -188,7 +188,8 @@ class DistributedContext:
             raise _unsupported(df, e) from e
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
         codec = self._ctx.__datafusion_physical_extension_codec__()
-        return self._coordinator.distribute(plan_bytes, codec, options)
+        stores = object_stores.stores_of(self._ctx)
+        return self._coordinator.distribute(plan_bytes, codec, options, stores)
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)

@@ -6,7 +6,7 @@
 //! stages for the current worker set, and hand the result back as a table provider. Each run
 //! of the result plans again from the bytes: plan nodes (dynamic filters, join state) must
 //! not be executed twice, and the worker set may have changed.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +32,8 @@ use url::Url;
 use crate::codec::{fragment_codec, import_session_codec};
 use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
+use crate::memory_tables;
+use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::resolver::{parse_worker_url, FixedResolver, Workers};
 use crate::table::{DistributedPlan, DistributedTable};
 use crate::tracking::{TaskLog, TrackingChannels, Transport};
@@ -52,6 +54,8 @@ pub struct PlanRequest {
     pub plan_bytes: Vec<u8>,
     pub codec: Arc<dyn PhysicalExtensionCodec>,
     pub options: HashMap<String, String>,
+    /// Object stores registered on the session, rebuilt on every runtime that reads data.
+    pub stores: Vec<StoreSpec>,
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -118,18 +122,26 @@ impl Coordinator {
     /// Distributes a physical plan serialised by datafusion-python.
     ///
     /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
-    /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours).
+    /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
+    /// `stores` are `(url, kind, options)` of the session's object stores.
+    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![]))]
     fn distribute(
         &self,
         py: Python<'_>,
         plan_bytes: Vec<u8>,
         codec: &Bound<'_, PyAny>,
         options: HashMap<String, String>,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
     ) -> PyResult<DistributedPlan> {
+        let stores = stores
+            .into_iter()
+            .map(|(url, kind, options)| StoreSpec { url, kind, options })
+            .collect();
         let request = Arc::new(PlanRequest {
             plan_bytes,
             codec: import_session_codec(codec)?,
             options,
+            stores,
         });
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
@@ -172,8 +184,14 @@ impl ClusterPlanner {
         if let Cluster::Remote(_, channels) = &self.cluster {
             check_workers(channels, &urls).await?;
         }
+        register_all(&self.runtime_env, &req.stores)?;
         let log = Arc::new(TaskLog::default());
-        let state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
+        let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
+        if matches!(self.cluster, Cluster::Remote(..)) && !req.stores.is_empty() {
+            state
+                .config_mut()
+                .set_distributed_passthrough_headers(stores_to_headers(&req.stores))?;
+        }
         let task_ctx = state.task_ctx();
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
@@ -207,6 +225,8 @@ impl ClusterPlanner {
         });
         // The session codec also decodes what workers send back (e.g. partitioning).
         cfg.set_distributed_user_codec_arc(codec);
+        cfg.set_distributed_desired_task_count_handler(memory_tables::desired_task_count);
+        cfg.set_distributed_scale_up_leaf_node_handler(memory_tables::scale_up);
         // Apply `datafusion.*` first so that `distributed.*` keys win any overlap.
         let mut entries: Vec<_> = options.iter().collect();
         entries.sort_by_key(|(k, _)| (k.starts_with("distributed."), k.as_str()));

@@ -6,6 +6,8 @@ mod codec;
 mod coordinator;
 mod embedded;
 mod errors;
+mod memory_tables;
+mod object_stores;
 mod resolver;
 mod root;
 mod runtime;

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::codec::import_session_codec;
+use crate::object_stores::WorkerStores;
 use crate::runtime;
 
 #[pyclass(module = "datafusion_distributed_py._internal")]
@@ -34,11 +35,19 @@ impl WorkerServer {
     #[pyo3(signature = (host, port, codec, version))]
     fn new(host: String, port: u16, codec: &Bound<'_, PyAny>, version: String) -> PyResult<Self> {
         let codec = import_session_codec(codec)?;
+        let runtime_env = Arc::new(RuntimeEnv::default());
+        let stores = Arc::new(WorkerStores::default());
+        let rt = Arc::clone(&runtime_env);
         let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
             let codec = Arc::clone(&codec);
-            async move { Ok(qctx.builder.with_distributed_user_codec_arc(codec).build()) }
+            // The coordinator names the object stores the query reads in a header.
+            let registered = stores.apply(&rt, &qctx.headers);
+            async move {
+                registered?;
+                Ok(qctx.builder.with_distributed_user_codec_arc(codec).build())
+            }
         })
-        .with_runtime_env(Arc::new(RuntimeEnv::default()))
+        .with_runtime_env(runtime_env)
         .with_version(version);
         Ok(Self {
             host,
