@@ -261,7 +261,20 @@ def _unsupported(df: DataFrame, err: Exception) -> DistributedError:
     msg = str(err)
     tables = re.findall(r"TableScan: (\S+)", df.logical_plan().display_indent())
     named = f" (tables in the query: {', '.join(dict.fromkeys(tables))})" if tables else ""
+    hint = "Run it single-node with ctx.sql(...) instead."
+    if "avro" in msg.lower():
+        hint = (
+            "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables cannot "
+            "reach workers; convert once with ctx.read_avro(path).write_parquet(out) and "
+            "register the parquet copy, or run the query single-node with ctx.sql(...)."
+        )
+    elif "DatasetExec" in msg or "Dataset" in msg:
+        hint = (
+            "pyarrow datasets (register_dataset) are scanned by Python in this process and "
+            "cannot be sent to workers; register the files with register_parquet/register_csv "
+            "instead, or run the query single-node with ctx.sql(...)."
+        )
     return UnsupportedTableError(
-        "this query cannot be distributed: part of its plan cannot be sent to workers"
-        f"{named}. Run it single-node with ctx.sql(...) instead. Cause: {msg}"
+        f"this query cannot be distributed: part of its plan cannot be sent to workers{named}. "
+        f"{hint} Cause: {msg}"
     )
