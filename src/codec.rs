@@ -8,8 +8,8 @@
 //! position — `DistributedNodes` (the same node encodings as `DistributedCodec`) at 0 and the
 //! session codec at 1 — but whose position 0 leaves every function that is not built into
 //! DataFusion to the session codec. Workers decode with the crate's own chain.
-use std::collections::HashSet;
-use std::sync::{Arc, LazyLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::{ConfigOptions, Extensions};
@@ -88,9 +88,65 @@ impl PhysicalExtensionCodec for DistributedNodes {
     }
 }
 
-/// The codec chain for plan fragments, with the session's codec at position 1.
-pub fn fragment_codec(session: Arc<dyn PhysicalExtensionCodec>) -> ComposedPhysicalExtensionCodec {
-    ComposedPhysicalExtensionCodec::new(vec![Arc::new(DistributedNodes), session])
+/// The codec chain for plan fragments: `Composed[DistributedNodes, session codec]`, plus window
+/// functions, which `ComposedPhysicalExtensionCodec` does not handle: they travel by name and
+/// are resolved by the session codec (the user's session registry), as datafusion-python
+/// itself does.
+#[derive(Debug)]
+pub struct FragmentCodec {
+    composed: ComposedPhysicalExtensionCodec,
+    session: Arc<dyn PhysicalExtensionCodec>,
+}
+
+pub fn fragment_codec(session: Arc<dyn PhysicalExtensionCodec>) -> FragmentCodec {
+    FragmentCodec {
+        composed: ComposedPhysicalExtensionCodec::new(vec![
+            Arc::new(DistributedNodes),
+            Arc::clone(&session),
+        ]),
+        session,
+    }
+}
+
+impl PhysicalExtensionCodec for FragmentCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.composed.try_decode(buf, inputs, ctx, converter)
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        self.composed.try_encode(node, buf, converter)
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.composed.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.composed.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.composed.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.composed.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, _buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.session.try_decode_udwf(name, &[])
+    }
 }
 
 /// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`).
@@ -101,13 +157,10 @@ pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Physical
         "datafusion_physical_extension_codec",
     )?;
     let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
-    Ok(Arc::new(SessionCodec(foreign)))
+    Ok(Arc::new(SessionCodec::new(foreign)))
 }
 
-pub fn encode_fragment(
-    plan: Arc<dyn ExecutionPlan>,
-    codec: &ComposedPhysicalExtensionCodec,
-) -> Result<Vec<u8>> {
+pub fn encode_fragment(plan: Arc<dyn ExecutionPlan>, codec: &FragmentCodec) -> Result<Vec<u8>> {
     let converter = DeduplicatingProtoConverter::default();
     Ok(physical_plan_to_bytes_with_proto_converter(plan, codec, &converter)?.to_vec())
 }
@@ -115,21 +168,53 @@ pub fn encode_fragment(
 pub fn decode_fragment(
     bytes: &[u8],
     ctx: &TaskContext,
-    codec: &ComposedPhysicalExtensionCodec,
+    codec: &FragmentCodec,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let converter = DeduplicatingProtoConverter::default();
     physical_plan_from_bytes_with_proto_converter(bytes, ctx, codec, &converter)
 }
 
-/// The session's own codec (imported over FFI), wrapped so that the Python UDFs it decodes
-/// work in a session that carries config extensions.
+/// The session's own codec (imported over FFI), wrapped for two reasons.
 ///
-/// A foreign scalar UDF receives the session's `ConfigOptions` over FFI as strings, and
-/// DataFusion 55's FFI sends extension entries (`distributed.*`) among the base options, which
-/// the receiving side cannot parse. The UDF never needs our extensions, so it gets the
-/// options without them.
+/// * A foreign scalar UDF receives the session's `ConfigOptions` over FFI as strings, and
+///   DataFusion 55's FFI sends extension entries (`distributed.*`) among the base options,
+///   which the receiving side cannot parse. The UDF never needs our extensions, so it gets the
+///   options without them.
+/// * A function decoded from a payload (a cloudpickled Python UDF) is re-encoded for workers
+///   with the very same payload: handing it back over FFI to be encoded again loses its
+///   Python identity for some kinds (window functions).
 #[derive(Debug)]
-pub struct SessionCodec(pub Arc<dyn PhysicalExtensionCodec>);
+pub struct SessionCodec {
+    inner: Arc<dyn PhysicalExtensionCodec>,
+    payloads: Mutex<HashMap<(&'static str, String), Vec<u8>>>,
+}
+
+impl SessionCodec {
+    pub fn new(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
+        Self {
+            inner,
+            payloads: Mutex::default(),
+        }
+    }
+
+    fn remember(&self, kind: &'static str, name: &str, buf: &[u8]) {
+        if !buf.is_empty() {
+            let mut payloads = self.payloads.lock().expect("poisoned");
+            payloads.insert((kind, name.to_string()), buf.to_vec());
+        }
+    }
+
+    fn recall(&self, kind: &'static str, name: &str, buf: &mut Vec<u8>) -> bool {
+        let payloads = self.payloads.lock().expect("poisoned");
+        match payloads.get(&(kind, name.to_string())) {
+            Some(payload) => {
+                buf.extend_from_slice(payload);
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 impl PhysicalExtensionCodec for SessionCodec {
     fn try_decode(
@@ -139,7 +224,7 @@ impl PhysicalExtensionCodec for SessionCodec {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.0.try_decode(buf, inputs, ctx, converter)
+        self.inner.try_decode(buf, inputs, ctx, converter)
     }
 
     fn try_encode(
@@ -148,35 +233,55 @@ impl PhysicalExtensionCodec for SessionCodec {
         buf: &mut Vec<u8>,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        self.0.try_encode(node, buf, converter)
+        self.inner.try_encode(node, buf, converter)
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        let udf = self.0.try_decode_udf(name, buf)?;
+        let udf = self.inner.try_decode_udf(name, buf)?;
+        self.remember("udf", name, buf);
         Ok(Arc::new(ScalarUDF::new_from_impl(WithoutExtensions(udf))))
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        if self.recall("udf", node.name(), buf) {
+            return Ok(());
+        }
         match node.inner().downcast_ref::<WithoutExtensions>() {
-            Some(wrapped) => self.0.try_encode_udf(&wrapped.0, buf),
-            None => self.0.try_encode_udf(node, buf),
+            Some(wrapped) => self.inner.try_encode_udf(&wrapped.0, buf),
+            None => self.inner.try_encode_udf(node, buf),
         }
     }
 
     fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        self.0.try_decode_udaf(name, buf)
+        let udaf = self.inner.try_decode_udaf(name, buf)?;
+        self.remember("udaf", name, buf);
+        Ok(udaf)
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.0.try_encode_udaf(node, buf)
+        match self.recall("udaf", node.name(), buf) {
+            true => Ok(()),
+            false => self.inner.try_encode_udaf(node, buf),
+        }
     }
 
     fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        self.0.try_decode_udwf(name, buf)
+        // Window functions come back by name (see `FragmentCodec`): use the payload seen.
+        let mut remembered = Vec::new();
+        let buf = match buf.is_empty() && self.recall("udwf", name, &mut remembered) {
+            true => remembered.as_slice(),
+            false => buf,
+        };
+        let udwf = self.inner.try_decode_udwf(name, buf)?;
+        self.remember("udwf", name, buf);
+        Ok(udwf)
     }
 
     fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.0.try_encode_udwf(node, buf)
+        match self.recall("udwf", node.name(), buf) {
+            true => Ok(()),
+            false => self.inner.try_encode_udwf(node, buf),
+        }
     }
 }
 

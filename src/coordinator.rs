@@ -17,11 +17,13 @@ use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{
-    ChannelResolver, DistributedExt, GetWorkerInfoRequest, SessionStateBuilderExt,
+    ChannelResolver, DistributedExec, DistributedExt, GetWorkerInfoRequest, NetworkBoundary,
+    NetworkCoalesceExec, SessionStateBuilderExt, Stage,
 };
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -253,14 +255,47 @@ impl ClusterPlanner {
     }
 }
 
-/// Runs datafusion-distributed's planner over an existing physical plan: it wraps whatever
-/// query planner the state has, so we give it one that returns our plan. The task context
+/// Runs datafusion-distributed's planner over an existing physical plan. The task context
 /// returned carries what the planner registered (routing handlers): execution needs it.
+///
+/// When the planner finds nothing worth splitting (small inputs, one worker), the plan would
+/// run in this process; the user asked for workers, so it becomes one stage run by a worker.
 async fn distribute_plan(
     plan: Arc<dyn ExecutionPlan>,
     state: SessionState,
 ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
-    let state = SessionStateBuilder::new_from_existing(state)
+    let (distributed, task_ctx) = run_planner(Arc::clone(&plan), &state).await?;
+    if distributed.is::<DistributedExec>() {
+        return Ok((distributed, task_ctx));
+    }
+    Ok((single_remote_stage(plan)?, task_ctx))
+}
+
+/// `plan` as one stage of one task, gathered by the coordinator. datafusion-distributed's
+/// planner elides such a stage (it would run locally), so it is assembled here.
+fn single_remote_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let boundary = NetworkCoalesceExec::try_new(plan, 1, 1)?;
+    let Stage::Local(stage) = boundary.input_stage() else {
+        return Err(DataFusionError::Internal(
+            "new boundary without a local stage".into(),
+        ));
+    };
+    let mut stage = stage.clone();
+    stage.query_id = uuid::Uuid::new_v4();
+    stage.num = 1;
+    let boundary: Arc<dyn ExecutionPlan> = boundary.with_input_stage(Stage::Local(stage))?;
+    // The coordinator's head gathers the stage (and gives the renderer a node above it).
+    let head = Arc::new(CoalescePartitionsExec::new(boundary));
+    Ok(Arc::new(DistributedExec::new(head)))
+}
+
+/// datafusion-distributed's planner wraps the query planner a state has (so it must be set
+/// first): we give it one that returns our already-planned physical plan.
+async fn run_planner(
+    plan: Arc<dyn ExecutionPlan>,
+    base: &SessionState,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+    let state = SessionStateBuilder::new_from_existing(base.clone())
         .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
         .with_distributed_planner()
         .build();

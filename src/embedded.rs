@@ -12,11 +12,10 @@ use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
-    ChannelResolver, CoordinatorToWorkerMsg, DistributedCodec, DistributedExt, ExecuteTaskRequest,
-    GetWorkerInfoRequest, GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, Worker,
-    WorkerChannel, WorkerQueryContext, WorkerToCoordinatorMsg,
+    ChannelResolver, CoordinatorToWorkerMsg, DistributedExt, ExecuteTaskRequest,
+    GetWorkerInfoRequest, GetWorkerInfoResponse, SetPlanRequest, Worker, WorkerChannel,
+    WorkerQueryContext, WorkerToCoordinatorMsg,
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;

@@ -9,17 +9,17 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
     GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
 };
-use datafusion_proto::physical_plan::ComposedPhysicalExtensionCodec;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderMap;
 use url::Url;
 
-use crate::codec::{decode_fragment, encode_fragment};
+use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
 use crate::errors::{worker_failure, WorkerFailure};
 
 /// One task of one stage, and where it ran.
@@ -75,7 +75,7 @@ pub enum Transport {
 pub struct TrackingChannels<C> {
     pub inner: C,
     pub log: Arc<TaskLog>,
-    pub codec: Arc<ComposedPhysicalExtensionCodec>,
+    pub codec: Arc<FragmentCodec>,
     pub transport: Transport,
 }
 
@@ -101,7 +101,7 @@ struct TrackingChannel {
     inner: Box<dyn WorkerChannel>,
     url: Url,
     log: Arc<TaskLog>,
-    codec: Arc<ComposedPhysicalExtensionCodec>,
+    codec: Arc<FragmentCodec>,
     transport: Transport,
 }
 
@@ -111,6 +111,23 @@ fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
         return e;
     }
     worker_failure(format!("worker {url} failed: {e}"))
+}
+
+impl TrackingChannel {
+    /// The plan fragment as this transport sends it.
+    fn fragment(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        task_ctx: &TaskContext,
+    ) -> Result<MaybeEncoded<Arc<dyn ExecutionPlan>>> {
+        let bytes = encode_fragment(plan, &self.codec)?;
+        Ok(match self.transport {
+            Transport::Embedded => {
+                MaybeEncoded::Decoded(decode_fragment(&bytes, task_ctx, &self.codec)?)
+            }
+            Transport::Remote => MaybeEncoded::Encoded(bytes),
+        })
+    }
 }
 
 #[async_trait]
@@ -124,13 +141,12 @@ impl WorkerChannel for TrackingChannel {
         task_ctx: &Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
         if let MaybeEncoded::Decoded(plan) = set_plan_request.plan {
-            let bytes = encode_fragment(plan, &self.codec)?;
-            set_plan_request.plan = match self.transport {
-                Transport::Embedded => {
-                    MaybeEncoded::Decoded(decode_fragment(&bytes, task_ctx, &self.codec)?)
-                }
-                Transport::Remote => MaybeEncoded::Encoded(bytes),
-            };
+            set_plan_request.plan = self.fragment(plan, task_ctx).map_err(|e| {
+                // The coordinator reports the first failing task's error only after others
+                // time out waiting for this plan: say it now.
+                log::error!("cannot send stage plan to worker {}: {e}", self.url);
+                e
+            })?;
         }
         self.log
             .placements
