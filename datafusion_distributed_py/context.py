@@ -259,10 +259,17 @@ def _planning_settings(ctx: SessionContext, session: dict[str, str]) -> Iterator
 
 def _unsupported(df: DataFrame, err: Exception) -> DistributedError:
     msg = str(err)
-    tables = re.findall(r"TableScan: (\S+)", df.logical_plan().display_indent())
-    named = f" (tables in the query: {', '.join(dict.fromkeys(tables))})" if tables else ""
+    display = df.logical_plan().display_indent()
+    tables = re.findall(r"TableScan: (\S+)|table=\[([^\]]+)\]", display)
+    names = [scan or target for scan, target in tables]
+    named = f" (tables in the query: {', '.join(dict.fromkeys(names))})" if names else ""
     hint = "Run it single-node with ctx.sql(...) instead."
-    if "avro" in msg.lower():
+    if "DataSinkExec" in msg and "Dml:" in display:
+        hint = (
+            "INSERT INTO an in-memory table writes into this process's memory and cannot run "
+            "on workers; run it with ctx.sql(...).collect() instead."
+        )
+    elif "avro" in msg.lower():
         hint = (
             "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables cannot "
             "reach workers; convert once with ctx.read_avro(path).write_parquet(out) and "

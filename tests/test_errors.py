@@ -71,3 +71,12 @@ def test_config_validation():
         DistributedConfig(max_tasks_per_stage=-1)
     with pytest.raises(TypeError):
         DistributedConfig(no_such_knob=1)  # type: ignore[call-arg]
+
+
+def test_insert_into_memory_table_is_refused_with_its_name():
+    ctx = SessionContext()
+    ctx.sql("CREATE TABLE mem_t AS SELECT 1 AS a")
+    dctx = DistributedContext(ctx)
+    with pytest.raises(UnsupportedTableError, match=r"(?s)mem_t.*INSERT INTO"):
+        dctx.sql("INSERT INTO mem_t VALUES (2)")
+    assert ctx.sql("SELECT count(*) AS n FROM mem_t").to_pylist() == [{"n": 1}]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SPLIT_CONFIG, assert_same_rows, is_distributed
+from conftest import assert_same_rows, is_distributed
 from datafusion import DataFrame, SessionContext, col, lit
 
 from datafusion_distributed_py import (
@@ -72,7 +72,9 @@ def write_files(tmp_path: Path, fmt: str, parts: int = 3) -> Path:
             (d / f"{i}.csv").write_text("\n".join(lines) + "\n")
         elif fmt == "json":
             rows = t.to_pylist()
-            (d / f"{i}.json").write_text("".join(f'{{"g": "{r["g"]}", "v": {r["v"]}}}\n' for r in rows))
+            (d / f"{i}.json").write_text(
+                "".join(f'{{"g": "{r["g"]}", "v": {r["v"]}}}\n' for r in rows)
+            )
         elif fmt == "arrow":
             with pa.ipc.new_file(d / f"{i}.arrow", t.schema) as w:
                 w.write_table(t)
@@ -146,7 +148,9 @@ def test_create_external_table(fmt, tmp_path, mode):
     d = write_files(tmp_path, fmt)
     ctx = SessionContext()
     stored = {"parquet": "PARQUET", "csv": "CSV", "json": "JSON"}[fmt]
-    options = " OPTIONS ('format.has_header' 'true', 'format.delimiter' ';')" if fmt == "csv" else ""
+    options = (
+        " OPTIONS ('format.has_header' 'true', 'format.delimiter' ';')" if fmt == "csv" else ""
+    )
     dctx = DistributedContext(ctx, workers=mode, config=TINY)
     dctx.sql(f"CREATE EXTERNAL TABLE t STORED AS {stored} LOCATION '{d}/'{options}")
     check(ctx, mode, min_tasks=2)
@@ -165,8 +169,12 @@ def test_hive_partitioned_parquet(tmp_path, mode):
         part.mkdir(parents=True)
         pq.write_table(data(year - 2020), part / "data.parquet")
     ctx = SessionContext()
-    ctx.register_parquet("t", str(tmp_path / "hive") + "/", table_partition_cols=[("year", pa.int32())])
-    check(ctx, mode, "SELECT year, g, count(*) AS n, sum(v) AS s FROM t GROUP BY year, g", min_tasks=2)
+    ctx.register_parquet(
+        "t", str(tmp_path / "hive") + "/", table_partition_cols=[("year", pa.int32())]
+    )
+    check(
+        ctx, mode, "SELECT year, g, count(*) AS n, sum(v) AS s FROM t GROUP BY year, g", min_tasks=2
+    )
     check(ctx, mode, "SELECT count(*) AS n FROM t WHERE year = 2021")
 
 
@@ -229,7 +237,9 @@ def test_view_cte_generate_series_unnest(tmp_path, mode):
         "SELECT g, total FROM s WHERE total > 0",
         min_tasks=2,
     )
-    check(ctx, mode, "SELECT value % 3 AS m, count(*) AS n FROM generate_series(1, 1000) GROUP BY 1")
+    check(
+        ctx, mode, "SELECT value % 3 AS m, count(*) AS n FROM generate_series(1, 1000) GROUP BY 1"
+    )
     check(ctx, mode, "SELECT unnest(make_array(v, v + 1)) AS u FROM t WHERE v < 50")
 
 
