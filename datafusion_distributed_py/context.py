@@ -12,8 +12,10 @@ import pyarrow as pa
 from datafusion import DataFrame, SessionContext
 
 from datafusion_distributed_py import _internal, object_stores
+from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.errors import DistributedError, UnsupportedTableError
+from datafusion_distributed_py.progress import ProgressCallback
 
 #: What ``workers=`` accepts: None (embedded cluster), URL strings, an object with ``.urls``
 #: (such as ``LocalCluster``), or a callable returning URL strings at each query's planning.
@@ -50,6 +52,9 @@ class DistributedContext:
             ``urls`` attribute (e.g. ``LocalCluster``), or a callable returning URLs, called
             each time a query is planned.
         config: planner settings, see :class:`DistributedConfig`.
+        progress: live per-stage bars (``True``), none (``False``), or a callable receiving
+            :class:`~datafusion_distributed_py.progress.ProgressEvent` objects; by default bars
+            are shown in Jupyter and on a terminal, and nothing otherwise.
 
     Example:
         >>> from datafusion import SessionContext
@@ -65,6 +70,7 @@ class DistributedContext:
         ctx: SessionContext,
         workers: Workers = None,
         config: DistributedConfig | None = None,
+        progress: bool | ProgressCallback | None = None,
     ) -> None:
         if not isinstance(ctx, SessionContext):
             raise TypeError(
@@ -75,6 +81,7 @@ class DistributedContext:
         self._ctx = ctx
         self._config = config or DistributedConfig()
         self._workers = workers
+        self._progress = progress_mod.resolve(progress)
         self._coordinator = _coordinator_for(workers)
 
     @property
@@ -151,8 +158,9 @@ class DistributedContext:
         Example:
             >>> from datafusion import SessionContext
             >>> dctx = DistributedContext(SessionContext())
-            >>> print(dctx.explain("SELECT 1 AS x"))  # doctest: +ELLIPSIS
-            ProjectionExec: ...
+            >>> plan = dctx.explain("SELECT 1 AS x")
+            >>> "DistributedExec" in plan and "Stage 1" in plan
+            True
         """
         if format not in ("text", "graphviz"):
             raise ValueError(f"unknown explain format {format!r}: use 'text' or 'graphviz'")
@@ -160,6 +168,28 @@ class DistributedContext:
         if analyze:
             self._ctx.read_table(plan).collect()
         return plan.display(format=format, analyze=analyze)
+
+    def metrics(self, df: DataFrame) -> list[dict[str, Any]]:
+        """Per-task records of ``df``'s latest run: stage, task, worker URL, output rows and
+        bytes, compute time. Waits until every worker has reported.
+
+        Example:
+            >>> from datafusion import SessionContext
+            >>> dctx = DistributedContext(SessionContext())
+            >>> df = dctx.sql("SELECT 1 AS x")
+            >>> _ = df.collect()
+            >>> sorted(dctx.metrics(df)[0])  # doctest: +NORMALIZE_WHITESPACE
+            ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'stage',
+             'task', 'tasks_in_stage', 'worker_url']
+        """
+        plan = getattr(df, _DATAFRAME_PLAN_ATTR, None)
+        if plan is None:
+            raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
+        return plan.task_metrics()
+
+    def metrics_table(self, df: DataFrame) -> pa.Table:
+        """:meth:`metrics` as a pyarrow Table."""
+        return pa.Table.from_pylist(self.metrics(df))
 
     # -- internals ---------------------------------------------------------------------
 
@@ -189,7 +219,8 @@ class DistributedContext:
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
-        return self._coordinator.distribute(plan_bytes, codec, options, stores)
+        report = progress_mod.to_rust(self._progress)
+        return self._coordinator.distribute(plan_bytes, codec, options, stores, report)
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)

@@ -58,6 +58,8 @@ pub struct PlanRequest {
     pub options: HashMap<String, String>,
     /// Object stores registered on the session, rebuilt on every runtime that reads data.
     pub stores: Vec<StoreSpec>,
+    /// Called with `(stage, done, total, worker_url)` as tasks are sent and finish.
+    pub progress: Option<Py<PyAny>>,
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -126,7 +128,8 @@ impl Coordinator {
     /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
     /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
     /// `stores` are `(url, kind, options)` of the session's object stores.
-    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![]))]
+    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![], progress = None))]
+    #[allow(clippy::too_many_arguments)]
     fn distribute(
         &self,
         py: Python<'_>,
@@ -134,6 +137,7 @@ impl Coordinator {
         codec: &Bound<'_, PyAny>,
         options: HashMap<String, String>,
         stores: Vec<(String, String, BTreeMap<String, String>)>,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<DistributedPlan> {
         let stores = stores
             .into_iter()
@@ -144,6 +148,7 @@ impl Coordinator {
             codec: import_session_codec(codec)?,
             options,
             stores,
+            progress,
         });
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
@@ -187,7 +192,11 @@ impl ClusterPlanner {
             check_workers(channels, &urls).await?;
         }
         register_all(&self.runtime_env, &req.stores)?;
-        let log = Arc::new(TaskLog::default());
+        let progress = req
+            .progress
+            .as_ref()
+            .map(|p| Python::attach(|py| p.clone_ref(py)));
+        let log = Arc::new(TaskLog::with_progress(progress));
         let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
         if matches!(self.cluster, Cluster::Remote(..)) && !req.stores.is_empty() {
             state
@@ -198,6 +207,10 @@ impl ClusterPlanner {
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
+        log::debug!(
+            "planned a distributed query over {} workers",
+            self.urls()?.len()
+        );
         Ok(Planned {
             plan,
             task_ctx,

@@ -25,7 +25,12 @@ fn datafusion_major() -> u64 {
 
 #[pymodule]
 fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    pyo3_log::init();
+    // Our logs go to Python's `logging` (logger names `_internal.*`); DataFusion's own debug
+    // logs stay out, so hot paths never take the GIL to ask whether to log.
+    let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?
+        .filter(log::LevelFilter::Warn)
+        .filter_target("_internal".to_string(), log::LevelFilter::Debug)
+        .install();
     m.add("__version__", VERSION)?;
     m.add("DATAFUSION_MAJOR", datafusion_major())?;
     m.add(

@@ -23,7 +23,7 @@ use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCapsule, PyDict};
 
 use crate::capsule;
 use crate::coordinator::{ClusterPlanner, PlanRequest, Planned};
@@ -159,6 +159,44 @@ impl DistributedPlan {
             text.push_str(&log.render());
         }
         Ok(text)
+    }
+
+    /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time),
+    /// after waiting for every worker's metrics.
+    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let latest = self.table.last_run.lock().expect("poisoned").clone();
+        let Some((plan, log)) = latest else {
+            return Err(PyValueError::new_err(
+                "no run yet: collect the DataFrame first",
+            ));
+        };
+        runtime::wait_for(py, async move {
+            if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
+                exec.wait_for_metrics().await;
+            }
+            Ok(())
+        })?;
+        log.records()
+            .into_iter()
+            .map(|r| {
+                let d = PyDict::new(py);
+                d.set_item("stage", r.stage)?;
+                d.set_item("task", r.task)?;
+                d.set_item("tasks_in_stage", r.task_count)?;
+                d.set_item("worker_url", r.url.as_str())?;
+                d.set_item("output_rows", r.output_rows)?;
+                d.set_item("output_bytes", r.output_bytes)?;
+                d.set_item(
+                    "elapsed_compute_ms",
+                    r.elapsed_compute_ns.map(|n| n as f64 / 1e6),
+                )?;
+                d.set_item(
+                    "duration_ms",
+                    r.finished_at.map(|f| (f - r.sent_at).as_secs_f64() * 1e3),
+                )?;
+                Ok(d)
+            })
+            .collect()
     }
 
     /// The FFI table-provider protocol of datafusion-python (`ctx.read_table(plan)`).

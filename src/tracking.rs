@@ -12,54 +12,130 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
-    GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
+    GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, TaskMetrics, WorkerChannel,
+    WorkerToCoordinatorMsg,
 };
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderMap;
+use pyo3::prelude::*;
 use url::Url;
 
 use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
 use crate::errors::{worker_failure, WorkerFailure};
 
-/// One task of one stage, and where it ran.
+/// One task of one stage: where it ran and, once it finished, what it did.
 #[derive(Clone, Debug)]
-pub struct TaskPlacement {
+pub struct TaskRecord {
     pub stage: usize,
     pub task: usize,
     pub task_count: usize,
     pub url: Url,
     pub sent_at: Instant,
+    pub finished_at: Option<Instant>,
+    pub output_rows: Option<usize>,
+    pub output_bytes: Option<usize>,
+    pub elapsed_compute_ns: Option<usize>,
 }
 
-/// The placements of one run of a query, in the order tasks were sent.
-#[derive(Default, Debug)]
+/// The tasks of one run of a query, in the order they were sent, and an optional Python
+/// progress callback `(stage, done, total, worker_url)`.
+#[derive(Default)]
 pub struct TaskLog {
-    placements: Mutex<Vec<TaskPlacement>>,
+    records: Mutex<Vec<TaskRecord>>,
+    progress: Option<Py<PyAny>>,
+}
+
+impl std::fmt::Debug for TaskLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskLog").finish_non_exhaustive()
+    }
 }
 
 impl TaskLog {
-    pub fn placements(&self) -> Vec<TaskPlacement> {
-        self.placements.lock().expect("poisoned").clone()
+    pub fn with_progress(progress: Option<Py<PyAny>>) -> Self {
+        Self {
+            records: Mutex::default(),
+            progress,
+        }
     }
 
-    /// `Stage N: t0 -> url, t1 -> url` lines, stages in order.
+    pub fn records(&self) -> Vec<TaskRecord> {
+        self.records.lock().expect("poisoned").clone()
+    }
+
+    fn sent(&self, record: TaskRecord) {
+        let (stage, total, url) = (record.stage, record.task_count, record.url.clone());
+        let done = {
+            let mut records = self.records.lock().expect("poisoned");
+            records.push(record);
+            count_done(&records, stage)
+        };
+        self.report(stage, done, total, &url);
+    }
+
+    fn finished(&self, stage: usize, task: usize, metrics: &TaskMetrics) {
+        let reported = {
+            let mut records = self.records.lock().expect("poisoned");
+            let Some(r) = records
+                .iter_mut()
+                .find(|r| r.stage == stage && r.task == task && r.finished_at.is_none())
+            else {
+                return;
+            };
+            let root = metrics.pre_order_plan_metrics.first();
+            r.finished_at = Some(Instant::now());
+            r.output_rows = root.and_then(|m| m.output_rows());
+            r.output_bytes = root
+                .and_then(|m| m.sum_by_name("output_bytes"))
+                .map(|v| v.as_usize());
+            r.elapsed_compute_ns = Some(
+                metrics
+                    .pre_order_plan_metrics
+                    .iter()
+                    .filter_map(|m| m.elapsed_compute())
+                    .sum(),
+            );
+            let (total, url) = (r.task_count, r.url.clone());
+            (count_done(&records, stage), total, url)
+        };
+        self.report(stage, reported.0, reported.1, &reported.2);
+    }
+
+    fn report(&self, stage: usize, done: usize, total: usize, url: &Url) {
+        if let Some(callback) = &self.progress {
+            Python::attach(|py| {
+                if let Err(e) = callback.call1(py, (stage, done, total, url.as_str())) {
+                    log::warn!("progress callback failed: {e}");
+                }
+            });
+        }
+    }
+
+    /// `Stage N: t0=url, t1=url` lines, stages in order.
     pub fn render(&self) -> String {
-        let mut by_stage: BTreeMap<usize, Vec<TaskPlacement>> = BTreeMap::new();
-        for p in self.placements() {
-            by_stage.entry(p.stage).or_default().push(p);
+        let mut by_stage: BTreeMap<usize, Vec<TaskRecord>> = BTreeMap::new();
+        for r in self.records() {
+            by_stage.entry(r.stage).or_default().push(r);
         }
         let mut out = String::new();
         for (stage, mut tasks) in by_stage {
-            tasks.sort_by_key(|p| p.task);
+            tasks.sort_by_key(|r| r.task);
             let list: Vec<String> = tasks
                 .iter()
-                .map(|p| format!("t{}={}", p.task, p.url))
+                .map(|r| format!("t{}={}", r.task, r.url))
                 .collect();
             out.push_str(&format!("Stage {stage}: {}\n", list.join(", ")));
         }
         out
     }
+}
+
+fn count_done(records: &[TaskRecord], stage: usize) -> usize {
+    records
+        .iter()
+        .filter(|r| r.stage == stage && r.finished_at.is_some())
+        .count()
 }
 
 /// How a plan fragment reaches a worker.
@@ -148,24 +224,36 @@ impl WorkerChannel for TrackingChannel {
                 e
             })?;
         }
-        self.log
-            .placements
-            .lock()
-            .expect("poisoned")
-            .push(TaskPlacement {
-                stage: set_plan_request.task_key.stage_id,
-                task: set_plan_request.task_key.task_number,
-                task_count: set_plan_request.task_count,
-                url: self.url.clone(),
-                sent_at: Instant::now(),
-            });
+        let (stage, task) = (
+            set_plan_request.task_key.stage_id,
+            set_plan_request.task_key.task_number,
+        );
+        self.log.sent(TaskRecord {
+            stage,
+            task,
+            task_count: set_plan_request.task_count,
+            url: self.url.clone(),
+            sent_at: Instant::now(),
+            finished_at: None,
+            output_rows: None,
+            output_bytes: None,
+            elapsed_compute_ns: None,
+        });
         let url = self.url.clone();
         let stream = self
             .inner
             .coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx)
             .await
             .map_err(|e| name_worker(&url, e))?;
-        Ok(stream.map_err(move |e| name_worker(&url, e)).boxed())
+        let log = Arc::clone(&self.log);
+        Ok(stream
+            .inspect_ok(move |msg| {
+                if let WorkerToCoordinatorMsg::TaskMetrics(m) = msg {
+                    log.finished(stage, task, m);
+                }
+            })
+            .map_err(move |e| name_worker(&url, e))
+            .boxed())
     }
 
     async fn execute_task(

@@ -1,0 +1,88 @@
+"""Progress of a distributed query: per-stage task counts, as events or live bars."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A stage's progress: ``done`` of ``total`` tasks finished (sent when a task is sent
+    to a worker, and when it finishes).
+
+    Attributes:
+        stage: stage number (as in ``explain``).
+        done: tasks of the stage finished so far.
+        total: tasks of the stage.
+        worker_url: the worker of the task this event is about.
+    """
+
+    stage: int
+    done: int
+    total: int
+    worker_url: str
+
+
+ProgressCallback = Callable[[ProgressEvent], Any]
+
+
+def interactive() -> bool:
+    """True in Jupyter/IPython or when stderr is a terminal: where live bars are wanted."""
+    if "ipykernel" in sys.modules:
+        return True
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+class ProgressBars:
+    """One tqdm bar per stage, updated as its tasks finish."""
+
+    def __init__(self) -> None:
+        from tqdm.auto import tqdm
+
+        self._tqdm = tqdm
+        self._bars: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        with self._lock:
+            bar = self._bars.get(event.stage)
+            if bar is None:
+                bar = self._tqdm(
+                    total=event.total, desc=f"stage {event.stage}", unit="task", leave=False
+                )
+                self._bars[event.stage] = bar
+            bar.total = event.total
+            bar.n = event.done
+            bar.refresh()
+            if all(b.n >= b.total for b in self._bars.values()):
+                for b in self._bars.values():
+                    b.close()
+                self._bars.clear()
+
+
+def resolve(progress: bool | ProgressCallback | None) -> ProgressCallback | None:
+    """``None`` = bars when interactive; ``True``/``False`` force them; a callable gets events."""
+    if progress is None:
+        progress = interactive()
+    if progress is True:
+        return ProgressBars()
+    if progress is False:
+        return None
+    if callable(progress):
+        return progress
+    raise TypeError(f"progress must be a bool, None or a callable, got {type(progress).__name__}")
+
+
+def to_rust(callback: ProgressCallback | None) -> Callable[[int, int, int, str], None] | None:
+    """Adapt an event callback to the Rust core's ``(stage, done, total, url)`` calls."""
+    if callback is None:
+        return None
+
+    def report(stage: int, done: int, total: int, url: str) -> None:
+        callback(ProgressEvent(stage, done, total, url))
+
+    return report
