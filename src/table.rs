@@ -32,13 +32,16 @@ use crate::root::DistributedRootExec;
 use crate::runtime;
 use crate::tracking::TaskLog;
 
+/// A run of the query: the plan executed and where its tasks went.
+type Run = (Arc<dyn ExecutionPlan>, Arc<TaskLog>);
+
 pub struct DistributedTable {
     planner: Arc<ClusterPlanner>,
     request: Arc<PlanRequest>,
     /// The plan made when the query was submitted: shown by `explain`.
     planned: Arc<dyn ExecutionPlan>,
     /// The plan run by the latest scan and where its tasks ran: for metrics and ANALYZE.
-    last_run: Mutex<Option<(Arc<dyn ExecutionPlan>, Arc<TaskLog>)>>,
+    last_run: Mutex<Option<Run>>,
 }
 
 impl std::fmt::Debug for DistributedTable {
