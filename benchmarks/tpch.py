@@ -1,36 +1,94 @@
-"""TPC-H side by side: single-node datafusion vs DistributedContext, in one run.
+"""TPC-H side by side: single-node datafusion, our embedded and multi-process clusters, and
+PySpark, on the same data in one run.
 
-    python -m benchmarks.tpch --sf 1                # embedded cluster
-    python -m benchmarks.tpch --sf 1 --workers 2    # LocalCluster of 2 worker processes
+    python -m benchmarks.tpch --sf 1                                   # single vs embedded
+    python -m benchmarks.tpch --sf 1 --workers 2                       # single vs LocalCluster(2)
+    python -m benchmarks.tpch --sf 1 --modes single,embedded,local2,local4,spark
 
-Prints a per-query table (times, ratio distributed / single-node) and the total ratio, and
-checks that every query returns the same rows in both modes.
+Every mode's rows are checked against single-node. Prints a per-query table (times and ratio
+to single-node) and writes CSV, markdown and a PNG chart under ``benchmarks/results/`` with the
+machine (cores, memory) and package versions.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import os
+import platform
 import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 
+import datafusion
 import pyarrow as pa
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, tpch
+import datafusion_distributed_py
+from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
+RESULTS = Path(__file__).parent / "results"
+Runner = Callable[[str], pa.Table]
 
-def best_time(run: Callable[[], pa.Table], repeat: int) -> tuple[float, pa.Table]:
+
+def best_time(run: Runner, sql: str, repeat: int) -> tuple[float, pa.Table]:
     best, result = float("inf"), None
     for _ in range(repeat):
         start = time.perf_counter()
-        result = run()
+        result = run(sql)
         best = min(best, time.perf_counter() - start)
     assert result is not None
     return best, result
+
+
+def machine() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} cores, {mem:.0f} GiB, {platform.machine()}, Python "
+        f"{platform.python_version()}, datafusion {datafusion.__version__}, "
+        f"datafusion-distributed-py {datafusion_distributed_py.__version__}"
+    )
+
+
+def spark_runner(stack: ExitStack, data: Path) -> Runner:
+    """PySpark local[*] over the same parquet files (optional: pip install pyspark)."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("tpch")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
+        .config("spark.driver.memory", "8g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    stack.callback(spark.stop)
+    for table in tpch.TABLES:
+        spark.read.parquet(str(data / table)).createOrReplaceTempView(table)
+
+    def run(sql: str) -> pa.Table:
+        return pa.Table.from_pandas(spark.sql(sql.rstrip().rstrip(";")).toPandas())
+
+    return run
+
+
+def same_values(got: pa.Table, expected: pa.Table, ordered: bool, tolerance=None) -> bool:
+    """Rows equal; for engines that name columns their own way, by position."""
+    got = (
+        got.rename_columns(expected.column_names)
+        if got.num_columns == expected.num_columns
+        else got
+    )
+    try:
+        got = got.cast(expected.schema, safe=False)
+        assert_same_rows(got, expected, ordered, tolerance)
+        return True
+    except (AssertionError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,64 +97,144 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=int, default=8, help="files per table")
     parser.add_argument("--data", default=os.path.join("benchmarks", "data"))
     parser.add_argument(
-        "--workers",
-        type=int,
-        default=0,
-        help="run on a LocalCluster of N worker processes (0 = embedded)",
+        "--modes",
+        default="single,embedded",
+        help="comma list of: single, embedded, localN (N worker processes), spark",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, help="shorthand for --modes single,localN"
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; best is kept")
     parser.add_argument("--queries", default="1-22", help="e.g. 1-22 or 1,3,5")
+    parser.add_argument("--out", default=None, help="results file stem (default from modes)")
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.workers:
+        modes = ["single", f"local{args.workers}"]
+    if "single" not in modes:
+        modes.insert(0, "single")
     queries = parse_queries(args.queries)
 
     print(f"generating TPC-H SF{args.sf} ({args.parts} files per table)...", flush=True)
-    data = tpch.generate(os.path.join(args.data, f"sf{args.sf}-p{args.parts}"), args.sf, args.parts)
+    data = tpch.generate(Path(args.data) / f"sf{args.sf}-p{args.parts}", args.sf, args.parts)
     ctx = SessionContext()
     tpch.register(ctx, data)
+    print(machine(), flush=True)
 
+    times: dict[str, dict[int, float]] = {m: {} for m in modes}
+    checks: dict[str, dict[int, str]] = {m: {} for m in modes}
     with ExitStack() as stack:
-        if args.workers:
-            from datafusion_distributed_py import LocalCluster
+        runners: dict[str, Runner] = {}
+        explainers: dict[str, DistributedContext] = {}
+        for mode in modes:
+            if mode == "single":
+                runners[mode] = lambda sql: ctx.sql(sql).to_arrow_table()
+            elif mode == "embedded":
+                dctx = DistributedContext(ctx, progress=False)
+                runners[mode], explainers[mode] = _dist_runner(dctx), dctx
+            elif mode.startswith("local"):
+                cluster = stack.enter_context(LocalCluster(int(mode.removeprefix("local"))))
+                dctx = DistributedContext(ctx, workers=cluster, progress=False)
+                runners[mode], explainers[mode] = _dist_runner(dctx), dctx
+            elif mode == "spark":
+                runners[mode] = spark_runner(stack, data)
+            else:
+                parser.error(f"unknown mode {mode!r}")
 
-            cluster = stack.enter_context(LocalCluster(args.workers))
-            dctx = DistributedContext(ctx, workers=cluster)
-            mode = f"LocalCluster({args.workers})"
-        else:
-            dctx = DistributedContext(ctx)
-            mode = f"embedded({len(dctx.worker_urls)})"
-        print(f"mode: {mode}, cores: {os.cpu_count()}, repeat: {args.repeat}\n")
-        columns = ("query", 5), ("single (s)", 11), ("distributed (s)", 16), ("ratio", 7)
-        header = " ".join(f"{name:>{width}}" for name, width in columns) + "  dist? rows"
-        print(header)
-        print("-" * len(header))
-        total_single = total_dist = 0.0
-        failures = []
+        print(" ".join(f"{h:>12}" for h in ["query", *modes]), flush=True)
         for n in queries:
             sql = tpch.query(n)
-            t_single, expected = best_time(lambda q=sql: ctx.sql(q).to_arrow_table(), args.repeat)
-            t_dist, got = best_time(lambda q=sql: dctx.sql(q).to_arrow_table(), args.repeat)
-            distributed = is_distributed(dctx.explain(sql))
-            try:
-                assert_same_rows(got, expected, ordered="order by" in sql.lower())
-                same = "equal"
-            except AssertionError:
-                same = "DIFFERENT"
-                failures.append(n)
-            total_single += t_single
-            total_dist += t_dist
-            print(
-                f"{'q' + str(n):>5} {t_single:11.3f} {t_dist:16.3f} {t_dist / t_single:7.2f} "
-                f"{'yes' if distributed else 'no':>6} {same}",
-                flush=True,
-            )
-        print("-" * len(header))
-        ratio = total_dist / total_single
-        print(f"{'total':>5} {total_single:11.3f} {total_dist:16.3f} {ratio:7.2f}")
-        print(f"\nSF{args.sf} {mode}: total distributed / single-node = {ratio:.2f}")
-        if failures:
-            print(f"rows differ for queries {failures}", file=sys.stderr)
-            return 1
+            ordered = "order by" in sql.lower()
+            expected = None
+            row = []
+            for mode in modes:
+                t, got = best_time(runners[mode], sql, args.repeat)
+                times[mode][n] = t
+                if mode == "single":
+                    expected, checks[mode][n] = got, "ref"
+                else:
+                    # Spark rounds decimals half-up where DataFusion truncates: last-digit tolerance.
+                    tolerance = 1e-5 if mode == "spark" else None
+                    ok = same_values(got, expected, ordered, tolerance)
+                    if mode in explainers and not is_distributed(explainers[mode].explain(sql)):
+                        ok = False
+                    checks[mode][n] = "equal" if ok else "DIFFERENT"
+                mark = "" if checks[mode][n] in ("ref", "equal") else "!"
+                row.append(f"{t:11.3f}{mark or ' '}")
+            print(f"{'q' + str(n):>12} " + " ".join(row), flush=True)
+
+    totals = {m: sum(times[m].values()) for m in modes}
+    print("\ntotal (s):  " + "  ".join(f"{m}={totals[m]:.2f}" for m in modes))
+    for m in modes[1:]:
+        print(f"{m} / single = {totals[m] / totals['single']:.2f}")
+    stem = args.out or f"tpch_sf{args.sf:g}_{'_'.join(modes)}"
+    write_results(stem, args, modes, queries, times, checks, totals)
+    bad = [(m, n) for m in modes for n in queries if checks[m][n] == "DIFFERENT"]
+    if bad:
+        print(f"rows differ from single-node (or plan not distributed): {bad}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _dist_runner(dctx: DistributedContext) -> Runner:
+    return lambda sql: dctx.sql(sql).to_arrow_table()
+
+
+def write_results(stem, args, modes, queries, times, checks, totals) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["query", *[f"{m}_s" for m in modes], *[f"{m}_rows" for m in modes[1:]]])
+        for n in queries:
+            w.writerow(
+                [
+                    f"q{n}",
+                    *[f"{times[m][n]:.4f}" for m in modes],
+                    *[checks[m][n] for m in modes[1:]],
+                ]
+            )
+    lines = [
+        f"# TPC-H SF{args.sf:g}, best of {args.repeat}",
+        "",
+        f"Machine: {machine()}",
+        "",
+        "| query | " + " | ".join(f"{m} (s)" for m in modes) + " |",
+        "|---|" + "---|" * len(modes),
+    ]
+    for n in queries:
+        cells = [
+            f"{times[m][n]:.3f}" + ("" if checks[m][n] in ("ref", "equal") else " (!)")
+            for m in modes
+        ]
+        lines.append(f"| q{n} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{totals[m]:.2f}**" for m in modes) + " |")
+    lines.append(
+        "| ratio to single | "
+        + " | ".join(f"{totals[m] / totals['single']:.2f}" for m in modes)
+        + " |"
+    )
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(12, 4))
+        width = 0.8 / len(modes)
+        for i, m in enumerate(modes):
+            xs = [q + i * width for q in range(len(queries))]
+            ax.bar(xs, [times[m][n] for n in queries], width, label=m)
+        ax.set_xticks([q + 0.4 - width / 2 for q in range(len(queries))])
+        ax.set_xticklabels([f"q{n}" for n in queries])
+        ax.set_ylabel("seconds (best of runs)")
+        ax.set_title(f"TPC-H SF{args.sf:g} — {machine()}", fontsize=8)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"{stem}.png", dpi=100)
+    except ImportError:
+        print("matplotlib not installed: no chart", file=sys.stderr)
+    print(f"results: {RESULTS / stem}.{{csv,md,png}}")
 
 
 def parse_queries(spec: str) -> list[int]:

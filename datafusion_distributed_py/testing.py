@@ -10,9 +10,11 @@ Example:
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import pyarrow as pa
 
+NUMBERS = (float, Decimal)
 NETWORK_BOUNDARIES = ("NetworkShuffleExec", "NetworkCoalesceExec", "NetworkBroadcastExec")
 
 
@@ -32,8 +34,14 @@ def rows(table: pa.Table) -> list[tuple]:
     return [tuple(_normalize(v) for v in row.values()) for row in table.to_pylist()]
 
 
-def assert_same_rows(got: pa.Table, expected: pa.Table, ordered: bool) -> None:
-    """Assert equal column names and rows (floats with tolerance); in order if ``ordered``."""
+def assert_same_rows(
+    got: pa.Table, expected: pa.Table, ordered: bool, tolerance: float | None = None
+) -> None:
+    """Assert equal column names and rows (floats with tolerance); in order if ``ordered``.
+
+    ``tolerance`` (relative and absolute) also compares decimals approximately, for other
+    engines that round decimals differently.
+    """
     assert got.column_names == expected.column_names, (got.column_names, expected.column_names)
     got_rows, expected_rows = rows(got), rows(expected)
     if not ordered:
@@ -42,7 +50,9 @@ def assert_same_rows(got: pa.Table, expected: pa.Table, ordered: bool) -> None:
     assert len(got_rows) == len(expected_rows), (len(got_rows), len(expected_rows))
     for g, e in zip(got_rows, expected_rows, strict=True):
         for gv, ev in zip(g, e, strict=True):
-            if isinstance(gv, float) and isinstance(ev, float):
+            if tolerance is not None and isinstance(gv, NUMBERS) and isinstance(ev, NUMBERS):
+                assert math.isclose(gv, ev, rel_tol=tolerance, abs_tol=tolerance), (g, e)
+            elif isinstance(gv, float) and isinstance(ev, float):
                 assert math.isclose(gv, ev, rel_tol=1e-9, abs_tol=1e-6), (g, e)
             else:
                 assert gv == ev, (g, e)

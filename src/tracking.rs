@@ -86,9 +86,12 @@ impl TaskLog {
             let root = metrics.pre_order_plan_metrics.first();
             r.finished_at = Some(Instant::now());
             r.output_rows = root.and_then(|m| m.output_rows());
-            r.output_bytes = root
-                .and_then(|m| m.sum_by_name("output_bytes"))
-                .map(|v| v.as_usize());
+            r.output_bytes = root.map(|m| {
+                m.iter()
+                    .filter(|x| x.value().name() == "output_bytes")
+                    .map(|x| x.value().as_usize())
+                    .sum()
+            });
             r.elapsed_compute_ns = Some(
                 metrics
                     .pre_order_plan_metrics
