@@ -80,3 +80,20 @@ def test_insert_into_memory_table_is_refused_with_its_name():
     with pytest.raises(UnsupportedTableError, match=r"(?s)mem_t.*INSERT INTO"):
         dctx.sql("INSERT INTO mem_t VALUES (2)")
     assert ctx.sql("SELECT count(*) AS n FROM mem_t").to_pylist() == [{"n": 1}]
+
+
+def test_table_provider_from_another_ffi_library_is_refused_with_its_name():
+    # A table exported by another library over DataFusion's FFI (here: a distributed result
+    # of this package, registered as a table) has no codec that can ship it to workers.
+    ctx = SessionContext()
+    ctx.from_pydict({"a": [1, 2, 3]}, name="base")
+    plan = (
+        DistributedContext(ctx)
+        .sql("SELECT a FROM base")
+        .__dict__.get("_datafusion_distributed_plan")
+    )
+    assert plan is not None
+    ctx.register_table("foreign_t", plan)
+    assert ctx.sql("SELECT sum(a) AS s FROM foreign_t").to_pylist() == [{"s": 6}]
+    with pytest.raises(UnsupportedTableError, match="foreign_t"):
+        DistributedContext(ctx).sql("SELECT sum(a) AS s FROM foreign_t")
