@@ -55,12 +55,17 @@ def machine() -> str:
 
 def spark_runner(stack: ExitStack, data: Path) -> Runner:
     """PySpark local[*] over the same parquet files (optional: pip install pyspark)."""
+    import warnings
+
     from pyspark.sql import SparkSession
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
 
     spark = (
         SparkSession.builder.master("local[*]")
         .appName("tpch")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
         .config("spark.driver.memory", "8g")
         .getOrCreate()
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "single":
                     expected, checks[mode][n] = got, "ref"
                 else:
-                    # Spark rounds decimals half-up where DataFusion truncates: last-digit tolerance.
+                    # Spark rounds decimals half-up where DataFusion truncates: last digit.
                     tolerance = 1e-5 if mode == "spark" else None
                     ok = same_values(got, expected, ordered, tolerance)
                     if mode in explainers and not is_distributed(explainers[mode].explain(sql)):

@@ -71,7 +71,9 @@ impl WorkerServer {
         self.port = bound.port();
         let (tx, rx) = oneshot::channel();
         let service = self.worker.clone().into_worker_server();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // No Nagle: small control messages (plans, handshakes) must not wait for delayed ACKs.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let task = runtime::runtime().spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service)
