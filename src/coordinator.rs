@@ -299,7 +299,9 @@ fn single_remote_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execution
     let boundary: Arc<dyn ExecutionPlan> = boundary.with_input_stage(Stage::Local(stage))?;
     // The coordinator's head gathers the stage (and gives the renderer a node above it).
     let head = Arc::new(CoalescePartitionsExec::new(boundary));
-    Ok(Arc::new(DistributedExec::new(head)))
+    Ok(Arc::new(
+        DistributedExec::new(head).with_metrics_collection(true),
+    ))
 }
 
 /// datafusion-distributed's planner wraps the query planner a state has (so it must be set
