@@ -32,6 +32,7 @@ use pyo3::prelude::*;
 use url::Url;
 
 use crate::codec::{fragment_codec, import_session_codec};
+use crate::cooperative::yield_after_amplifiers;
 use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
 use crate::memory_tables;
@@ -206,6 +207,7 @@ impl ClusterPlanner {
         let task_ctx = state.task_ctx();
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
+        let plan = yield_after_amplifiers(plan)?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::debug!(
             "planned a distributed query over {} workers",

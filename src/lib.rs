@@ -3,6 +3,7 @@ use pyo3::prelude::*;
 
 mod capsule;
 mod codec;
+mod cooperative;
 mod coordinator;
 mod embedded;
 mod errors;

@@ -119,57 +119,59 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def interrupted_join(tmp_path) -> Iterator[LocalCluster]:
-    """A join with billions of rows (minutes of work) on LocalCluster(2), Ctrl-C'd after 3 s;
-    asserts KeyboardInterrupt came promptly and yields the cluster."""
+def interrupted_join(
+    tmp_path, workers: LocalCluster | None, action: str = "collect"
+) -> Iterator[None]:
+    """Ctrl-C (SIGINT) after 3 s of a join with billions of rows (minutes of work) feeding an
+    aggregate, a stage that emits nothing until it ends; asserts KeyboardInterrupt came promptly."""
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(50_000)]}), tmp_path / f"{i}.parquet")
-    with LocalCluster(2) as c:
+    ctx = SessionContext()
+    ctx.register_parquet("t", str(tmp_path) + "/")
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+    df = dctx.sql("SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k")
+    main = threading.main_thread().ident
+    timer = threading.Timer(3.0, signal.pthread_kill, (main, signal.SIGINT))
+    # A background job may start with SIGINT ignored; Ctrl-C raises KeyboardInterrupt.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            getattr(df, action)()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - start < 30
+    yield
+
+
+def _cpu_in_2s(pids: list[int]) -> float:
+    before = sum(_cpu_seconds(p) for p in pids)
+    time.sleep(2.0)
+    return sum(_cpu_seconds(p) for p in pids) - before
+
+
+def test_keyboard_interrupt_cancels_work_on_workers(tmp_path):
+    """Ctrl-C stops the coordinator and every worker process's tasks of the query."""
+    with LocalCluster(2) as c, interrupted_join(tmp_path, c):
+        pids = [p.pid for p in c.processes]
+        assert sum(_cpu_seconds(p) for p in pids) > 0.3, "the workers never worked on the query"
+        time.sleep(1.0)
+        assert _cpu_in_2s([os.getpid()]) < 0.5, "the coordinator kept working"
+        assert _cpu_in_2s(pids) < 0.5, "workers kept computing the cancelled query"
+        # The cluster is still usable.
         ctx = SessionContext()
         ctx.register_parquet("t", str(tmp_path) + "/")
-        dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG)
-        df = dctx.sql("SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k")
-        main = threading.main_thread().ident
-        timer = threading.Timer(3.0, signal.pthread_kill, (main, signal.SIGINT))
-        # A background job may start with SIGINT ignored; Ctrl-C raises KeyboardInterrupt.
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-        timer.start()
-        start = time.monotonic()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                df.collect()
-        finally:
-            timer.cancel()
-            signal.signal(signal.SIGINT, previous)
-        assert time.monotonic() - start < 30
-        yield c
+        n = DistributedContext(ctx, workers=c).sql("SELECT count(*) AS n FROM t").to_pydict()
+        assert n == {"n": [200_000]}
 
 
-def test_keyboard_interrupt_raises_promptly(tmp_path):
-    """Ctrl-C during collect() raises within seconds and the coordinator stops pulling."""
-    with interrupted_join(tmp_path):
+def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path):
+    """In-process workers stop too: the process goes idle after Ctrl-C during show()."""
+    with interrupted_join(tmp_path, None, "show"):
         time.sleep(1.0)
-        before = _cpu_seconds(os.getpid())
-        time.sleep(2.0)
-        assert _cpu_seconds(os.getpid()) - before < 0.5, "the coordinator kept working"
-
-
-@pytest.mark.xfail(
-    reason="known gap: a worker task whose stage emits nothing until the end (a big join "
-    "feeding an aggregate) keeps running after the coordinator drops the query; "
-    "datafusion-distributed 4 has no cancel RPC and the drop does not reach it. "
-    "The query itself stops at once (test above).",
-    strict=False,
-)
-def test_keyboard_interrupt_cancels_work_on_workers(tmp_path):
-    with interrupted_join(tmp_path) as c:
-        busy = sum(_cpu_seconds(p.pid) for p in c.processes)
-        assert busy > 0.3, "the workers never worked on the query"
-        time.sleep(2.0)
-        before = sum(_cpu_seconds(p.pid) for p in c.processes)
-        time.sleep(2.0)
-        after = sum(_cpu_seconds(p.pid) for p in c.processes)
-        assert after - before < 0.5, f"workers kept computing: {after - before:.2f}s CPU in 2s"
+        assert _cpu_in_2s([os.getpid()]) < 0.5, "the in-process workers kept computing"
 
 
 def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
