@@ -7,9 +7,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import cloudpickle
+from datafusion import SessionContext
+
 from datafusion_distributed_py.errors import WorkerError
+from datafusion_distributed_py.worker import SETUP_PICKLE_PREFIX
 
 #: Seconds a worker process may take to print its URL.
 START_TIMEOUT = 60.0
@@ -23,7 +28,9 @@ class LocalCluster:
 
     Args:
         n_workers: number of worker processes (default: one per CPU, at least 2).
-        setup: optional ``"module:function"`` run in each worker on its SessionContext.
+        setup: run in each worker on its ``SessionContext`` (register UDFs, object stores):
+            a callable (cloudpickled to the workers, so a function defined in a script or a
+            notebook works) or a ``"module:function"`` string.
         log_dir: where worker logs go (default: a new temporary directory).
 
     Example:
@@ -38,7 +45,7 @@ class LocalCluster:
     def __init__(
         self,
         n_workers: int | None = None,
-        setup: str | None = None,
+        setup: str | Callable[[SessionContext], object] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         *,
         _report_versions: list[str | None] | None = None,
@@ -53,6 +60,12 @@ class LocalCluster:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
         versions = _report_versions or [None] * n
+        if callable(setup):
+            pickled = self.log_dir / "setup.pickle"
+            pickled.write_bytes(cloudpickle.dumps(setup))
+            setup = f"{SETUP_PICKLE_PREFIX}{pickled}"
+        elif setup is not None and not isinstance(setup, str):
+            raise TypeError(f"setup must be a callable or 'module:function', got {setup!r}")
         try:
             for i in range(n):
                 self.processes.append(self._spawn(i, setup, versions[i]))

@@ -17,8 +17,9 @@ from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.errors import DistributedError, UnsupportedTableError
 from datafusion_distributed_py.progress import ProgressCallback
 
-#: What ``workers=`` accepts: None (embedded cluster), URL strings, an object with ``.urls``
-#: (such as ``LocalCluster``), or a callable returning URL strings at each query's planning.
+#: What ``workers=`` accepts: None (embedded cluster), URL strings (or started ``Worker``s),
+#: an object with ``.urls`` (such as ``LocalCluster``), or a callable returning URL strings at
+#: each query's planning.
 Workers = Union[None, Sequence[str], Callable[[], Sequence[str]], Any]  # noqa: UP007
 
 _SET_DISTRIBUTED = re.compile(
@@ -48,7 +49,8 @@ class DistributedContext:
     Args:
         ctx: the session whose catalog, functions and settings queries use.
         workers: None for an embedded in-process cluster of :func:`default_worker_count`
-            workers; else a list of worker URLs (``"http://host:port"``), an object with a
+            workers; else a list of worker URLs (``"http://host:port"``) or started
+            :class:`Worker` objects, an object with a
             ``urls`` attribute (e.g. ``LocalCluster``), or a callable returning URLs, called
             each time a query is planned.
         config: planner settings, see :class:`DistributedConfig`.
@@ -244,10 +246,12 @@ def _coordinator_for(workers: Workers) -> _internal.Coordinator:
     if isinstance(workers, (list, tuple)):
         if not workers:
             raise ValueError("workers=[] names no workers; pass None for the embedded cluster")
-        for url in workers:
+        # A started Worker stands for its URL.
+        urls = [getattr(w, "url", w) for w in workers]
+        for url in urls:
             if not isinstance(url, str):
                 raise TypeError(f"worker URLs must be strings, got {type(url).__name__}")
-        return _internal.Coordinator.remote(list(workers))
+        return _internal.Coordinator.remote(urls)
     raise TypeError(
         "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
         f"got {type(workers).__name__}"

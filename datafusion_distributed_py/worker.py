@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import logging
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -27,6 +28,9 @@ log = logging.getLogger("datafusion_distributed_py.worker")
 
 #: Seconds in-flight tasks get to finish when a worker is told to stop.
 DRAIN_SECONDS = 5.0
+
+#: ``--setup pickle:FILE`` loads a cloudpickled callable (how ``LocalCluster`` ships one).
+SETUP_PICKLE_PREFIX = "pickle:"
 
 
 class Worker:
@@ -117,7 +121,10 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def load_setup(spec: str) -> Callable[[SessionContext], object]:
-    """Import ``module:function`` (the CLI's ``--setup``)."""
+    """Import ``module:function`` (the CLI's ``--setup``), or load ``pickle:FILE``."""
+    if spec.startswith(SETUP_PICKLE_PREFIX):
+        with open(spec.removeprefix(SETUP_PICKLE_PREFIX), "rb") as f:
+            return pickle.load(f)
     module_name, sep, func_name = spec.partition(":")
     if not sep or not module_name or not func_name:
         raise ValueError(f"--setup must look like 'package.module:function', got {spec!r}")

@@ -69,6 +69,48 @@ def test_workers_accepts_url_list_and_resolver(ctx, cluster):
     assert calls, "the resolver is called at planning"
 
 
+def test_workers_in_this_process_serve_queries(ctx):
+    """Started ``Worker`` objects stand for their URLs; the tasks reach both of them."""
+    sql = "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem GROUP BY 1"
+    workers = [Worker().start(), Worker().start()]
+    try:
+        dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+        df = dctx.sql(sql)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+        plan = dctx.explain(df, analyze=True)
+        assert is_distributed(plan), plan
+        assert all(w.url.removeprefix("http://") in plan for w in workers), plan
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def test_local_cluster_runs_setup_in_each_worker(tmp_path, monkeypatch):
+    """``setup`` runs in every worker process: a closure (cloudpickled) or "module:function"."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def setup(worker_ctx: SessionContext) -> None:
+        assert isinstance(worker_ctx, SessionContext)
+        (marks / f"closure-{os.getpid()}").touch()
+
+    (tmp_path / "my_worker_setup.py").write_text(
+        "import os, pathlib\n"
+        "def setup(ctx):\n"
+        f"    pathlib.Path({str(marks)!r}, f'module-{{os.getpid()}}').touch()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    for spec, kind in ((setup, "closure"), ("my_worker_setup:setup", "module")):
+        with LocalCluster(2, setup=spec) as c:
+            pids = {p.pid for p in c.processes}
+            assert {f"{kind}-{pid}" for pid in pids} <= {m.name for m in marks.iterdir()}
+
+
+def test_bad_setup_fails_cluster_start_with_the_log(tmp_path):
+    with pytest.raises(WorkerError, match="no_such_module"):
+        LocalCluster(1, setup="no_such_module:setup", log_dir=tmp_path)
+
+
 def test_down_worker_is_named_quickly(ctx):
     # A port nothing listens on.
     w = Worker(port=0).start()
