@@ -14,7 +14,6 @@ import cloudpickle
 from datafusion import SessionContext
 
 from datafusion_distributed_py.errors import WorkerError
-from datafusion_distributed_py.worker import SETUP_PICKLE_PREFIX
 
 #: Seconds a worker process may take to print its URL.
 START_TIMEOUT = 60.0
@@ -61,6 +60,9 @@ class LocalCluster:
         self.urls: list[str] = []
         versions = _report_versions or [None] * n
         if callable(setup):
+            # Imported here: the package must not import the worker module (`python -m` runs it).
+            from datafusion_distributed_py.worker import SETUP_PICKLE_PREFIX
+
             pickled = self.log_dir / "setup.pickle"
             pickled.write_bytes(cloudpickle.dumps(setup))
             setup = f"{SETUP_PICKLE_PREFIX}{pickled}"
