@@ -44,6 +44,9 @@ pub struct TaskRecord {
 pub struct TaskLog {
     records: Mutex<Vec<TaskRecord>>,
     progress: Option<Py<PyAny>>,
+    /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
+    /// with the GIL held (tasks report from runtime threads), so it cannot deadlock with it.
+    reporting: Mutex<()>,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -57,6 +60,7 @@ impl TaskLog {
         Self {
             records: Mutex::default(),
             progress,
+            reporting: Mutex::default(),
         }
     }
 
@@ -66,6 +70,7 @@ impl TaskLog {
 
     fn sent(&self, record: TaskRecord) {
         let (stage, total, url) = (record.stage, record.task_count, record.url.clone());
+        let _in_order = self.reporting.lock().expect("poisoned");
         let done = {
             let mut records = self.records.lock().expect("poisoned");
             records.push(record);
@@ -75,6 +80,7 @@ impl TaskLog {
     }
 
     fn finished(&self, stage: usize, task: usize, metrics: &TaskMetrics) {
+        let _in_order = self.reporting.lock().expect("poisoned");
         let reported = {
             let mut records = self.records.lock().expect("poisoned");
             let Some(r) = records
