@@ -37,7 +37,7 @@ use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
 use crate::memory_tables;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
-use crate::resolver::{parse_worker_url, FixedResolver, Workers};
+use crate::resolver::{display_url, parse_worker_url, FixedResolver, Workers};
 use crate::table::{DistributedPlan, DistributedTable};
 use crate::tracking::{TaskLog, TrackingChannels, Transport};
 use crate::{runtime, VERSION};
@@ -107,8 +107,8 @@ impl Coordinator {
             let urls = raw
                 .iter()
                 .map(|u| parse_worker_url(u))
-                .collect::<Result<Vec<_>>>()
-                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(PyValueError::new_err)?;
             Workers::Static(urls)
         };
         let channels = DefaultChannelResolver::default();
@@ -121,7 +121,7 @@ impl Coordinator {
     /// The worker URLs a query planned now would use.
     fn worker_urls(&self) -> PyResult<Vec<String>> {
         let urls = self.planner.urls().map_err(to_py_err)?;
-        Ok(urls.iter().map(|u| u.to_string()).collect())
+        Ok(urls.iter().map(|u| display_url(u).to_owned()).collect())
     }
 
     /// Distributes a physical plan serialised by datafusion-python.
@@ -331,6 +331,7 @@ async fn run_planner(
 /// another release is reported by URL, quickly, instead of failing mid-query.
 async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> Result<()> {
     let checks = urls.iter().map(|url| async move {
+        let shown = display_url(url);
         let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
             let mut client = channels.get_worker_client_for_url(url).await?;
             client.get_worker_info(GetWorkerInfoRequest {}).await
@@ -338,15 +339,15 @@ async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> Resul
         .await;
         match info {
             Err(_) => Err(worker_failure(format!(
-                "worker {url} did not answer within {}s",
+                "worker {shown} did not answer within {}s",
                 HANDSHAKE_TIMEOUT.as_secs()
             ))),
             Ok(Err(e)) => Err(worker_failure(format!(
-                "worker {url} is unreachable: {}",
+                "worker {shown} is unreachable: {}",
                 e.find_root()
             ))),
             Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
-                "worker {url} runs datafusion-distributed-py {}, but this coordinator runs \
+                "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \
                  {VERSION}; run the same release on the coordinator and every worker",
                 if info.version.is_empty() {
                     "<unknown>"

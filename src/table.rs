@@ -28,6 +28,7 @@ use pyo3::types::{PyCapsule, PyDict};
 use crate::capsule;
 use crate::coordinator::{ClusterPlanner, PlanRequest, Planned};
 use crate::errors::to_py_err;
+use crate::resolver::display_url;
 use crate::root::DistributedRootExec;
 use crate::runtime;
 use crate::tracking::TaskLog;
@@ -186,7 +187,7 @@ impl DistributedPlan {
                 d.set_item("stage", r.stage)?;
                 d.set_item("task", r.task)?;
                 d.set_item("tasks_in_stage", r.task_count)?;
-                d.set_item("worker_url", r.url.as_str())?;
+                d.set_item("worker_url", display_url(&r.url))?;
                 d.set_item("output_rows", r.output_rows)?;
                 d.set_item("output_bytes", r.output_bytes)?;
                 d.set_item(

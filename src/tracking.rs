@@ -23,6 +23,7 @@ use url::Url;
 
 use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
 use crate::errors::{worker_failure, WorkerFailure};
+use crate::resolver::display_url;
 
 /// One task of one stage: where it ran and, once it finished, what it did.
 #[derive(Clone, Debug)]
@@ -114,7 +115,7 @@ impl TaskLog {
     fn report(&self, stage: usize, done: usize, total: usize, url: &Url) {
         if let Some(callback) = &self.progress {
             Python::attach(|py| {
-                if let Err(e) = callback.call1(py, (stage, done, total, url.as_str())) {
+                if let Err(e) = callback.call1(py, (stage, done, total, display_url(url))) {
                     log::warn!("progress callback failed: {e}");
                 }
             });
@@ -132,7 +133,7 @@ impl TaskLog {
             tasks.sort_by_key(|r| r.task);
             let list: Vec<String> = tasks
                 .iter()
-                .map(|r| format!("t{}={}", r.task, r.url))
+                .map(|r| format!("t{}={}", r.task, display_url(&r.url)))
                 .collect();
             out.push_str(&format!("Stage {stage}: {}\n", list.join(", ")));
         }
@@ -195,7 +196,7 @@ fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
     if matches!(e.find_root(), DataFusionError::External(inner) if inner.is::<WorkerFailure>()) {
         return e;
     }
-    worker_failure(format!("worker {url} failed: {e}"))
+    worker_failure(format!("worker {} failed: {e}", display_url(url)))
 }
 
 impl TrackingChannel {
@@ -229,7 +230,10 @@ impl WorkerChannel for TrackingChannel {
             set_plan_request.plan = self.fragment(plan, task_ctx).map_err(|e| {
                 // The coordinator reports the first failing task's error only after others
                 // time out waiting for this plan: say it now.
-                log::error!("cannot send stage plan to worker {}: {e}", self.url);
+                log::error!(
+                    "cannot send stage plan to worker {}: {e}",
+                    display_url(&self.url)
+                );
                 e
             })?;
         }

@@ -26,10 +26,32 @@ def test_empty_worker_list():
         DistributedContext(SessionContext(), workers=[])
 
 
-@pytest.mark.parametrize("url", ["not a url", "localhost:50051", "http://", "://x:1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not a url",
+        "localhost:50051",
+        "http://",
+        "://x:1",
+        "grpc://h:50051",
+        "http://h:99999",
+        "http://h:50051/path",
+    ],
+)
 def test_malformed_worker_url(url):
-    with pytest.raises(ValueError, match="URL"):
-        DistributedContext(SessionContext(), workers=[url])
+    with pytest.raises(ValueError, match="URL") as e:
+        DistributedContext(SessionContext(), workers=["http://127.0.0.1:50051", url])
+    assert repr(url) in str(e.value) or f'"{url}"' in str(e.value)
+
+
+def test_missing_scheme_suggests_http():
+    with pytest.raises(ValueError, match='did you mean "http://127.0.0.1:50051"'):
+        DistributedContext(SessionContext(), workers=["127.0.0.1:50051"])
+
+
+def test_worker_urls_read_as_written():
+    urls = ["http://127.0.0.1:50051", "https://[::1]:50052"]
+    assert DistributedContext(SessionContext(), workers=urls).worker_urls == urls
 
 
 def test_single_string_instead_of_list():
