@@ -20,7 +20,6 @@ use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
-use datafusion_distributed::grpc::DefaultChannelResolver;
 use datafusion_distributed::{
     ChannelResolver, DistributedExec, DistributedExt, GetWorkerInfoRequest, NetworkBoundary,
     NetworkCoalesceExec, SessionStateBuilderExt, Stage,
@@ -31,6 +30,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use url::Url;
 
+use crate::channels::WorkerChannels;
 use crate::codec::{fragment_codec, import_session_codec};
 use crate::cooperative::yield_after_amplifiers;
 use crate::embedded::EmbeddedCluster;
@@ -48,7 +48,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 enum Cluster {
     Embedded(EmbeddedCluster),
     /// Worker processes reached over gRPC; the channels are kept across queries.
-    Remote(Workers, DefaultChannelResolver),
+    Remote(Workers, WorkerChannels),
 }
 
 /// What a query needs to be planned (again): datafusion-python's serialised physical plan,
@@ -111,7 +111,7 @@ impl Coordinator {
                 .map_err(PyValueError::new_err)?;
             Workers::Static(urls)
         };
-        let channels = DefaultChannelResolver::default();
+        let channels = WorkerChannels::default();
         Ok(Self::new(
             Cluster::Remote(workers, channels),
             Arc::new(RuntimeEnv::default()),
@@ -329,7 +329,7 @@ async fn run_planner(
 
 /// Asks every worker for its version before a query is sent: a down worker or a worker of
 /// another release is reported by URL, quickly, instead of failing mid-query.
-async fn check_workers(channels: &DefaultChannelResolver, urls: &[Url]) -> Result<()> {
+async fn check_workers(channels: &WorkerChannels, urls: &[Url]) -> Result<()> {
     let checks = urls.iter().map(|url| async move {
         let shown = display_url(url);
         let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {

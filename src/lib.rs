@@ -2,6 +2,7 @@
 use pyo3::prelude::*;
 
 mod capsule;
+mod channels;
 mod codec;
 mod cooperative;
 mod coordinator;

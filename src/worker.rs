@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::channels::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::codec::import_session_codec;
 use crate::object_stores::WorkerStores;
 use crate::runtime;
@@ -38,13 +39,20 @@ impl WorkerServer {
         let runtime_env = Arc::new(RuntimeEnv::default());
         let stores = Arc::new(WorkerStores::default());
         let rt = Arc::clone(&runtime_env);
+        // Worker-to-worker streams (shuffles) get the same keep-alive as the coordinator's.
+        let channels = WorkerChannels::default();
         let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
             let codec = Arc::clone(&codec);
+            let channels = channels.clone();
             // The coordinator names the object stores the query reads in a header.
             let registered = stores.apply(&rt, &qctx.headers);
             async move {
                 registered?;
-                Ok(qctx.builder.with_distributed_user_codec_arc(codec).build())
+                Ok(qctx
+                    .builder
+                    .with_distributed_user_codec_arc(codec)
+                    .with_distributed_channel_resolver(channels)
+                    .build())
             }
         })
         .with_runtime_env(runtime_env)
@@ -76,6 +84,9 @@ impl WorkerServer {
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let task = runtime::runtime().spawn(async move {
             tonic::transport::Server::builder()
+                // Drop the tasks of a coordinator that stops answering.
+                .http2_keepalive_interval(Some(KEEP_ALIVE_INTERVAL))
+                .http2_keepalive_timeout(Some(KEEP_ALIVE_TIMEOUT))
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
