@@ -27,6 +27,7 @@ from datafusion_distributed_py import (
     WorkerError,
     tpch,
 )
+from datafusion_distributed_py.worker import DRAIN_SECONDS
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +273,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_cli_prints_url_and_stops_on_sigterm(ctx):
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_cli_prints_url_and_stops_gracefully(ctx, stop_signal):
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -294,9 +296,38 @@ def test_cli_prints_url_and_stops_on_sigterm(ctx):
         dctx = DistributedContext(ctx, workers=[m.group(1)], config=SPLIT_CONFIG)
         sql = "SELECT n_regionkey, count(*) AS c FROM nation GROUP BY 1"
         assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop_signal)
         assert proc.wait(15) == 0
         assert "stopped" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
+    """SIGTERM while a long query runs: the worker gives it the drain time, exits, and the
+    query fails with an error naming the worker (it does not hang)."""
+    # 400k rows joined on 10 keys: 16 billion joined rows, minutes of work.
+    for i in range(4):
+        pq.write_table(pa.table({"k": [j % 10 for j in range(100_000)]}), tmp_path / f"{i}.parquet")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        ctx = SessionContext()
+        ctx.register_parquet("t", str(tmp_path) + "/")
+        dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
+        df = dctx.sql("SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k")
+        threading.Timer(2.0, proc.send_signal, (signal.SIGTERM,)).start()
+        start = time.monotonic()
+        with pytest.raises(Exception, match=re.escape(url)):
+            df.collect()
+        assert time.monotonic() - start < 30
+        assert proc.wait(15) == 0
+        assert time.monotonic() - start >= DRAIN_SECONDS  # in-flight work got its drain time
     finally:
         if proc.poll() is None:
             proc.kill()
