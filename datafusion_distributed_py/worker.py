@@ -172,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         help="log level of the worker (default WARNING)",
     )
     parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--report-version", help=argparse.SUPPRESS)  # tests only
+    parser.add_argument(
+        "--report-version",
+        metavar="VERSION",
+        help="testing only: report VERSION instead of this package's, to exercise the "
+        "coordinator's version check",
+    )
     args = parser.parse_args(argv)
 
     logging.basicConfig(

@@ -19,6 +19,7 @@ import pytest
 from conftest import SPLIT_CONFIG, assert_same_rows, is_distributed
 from datafusion import SessionContext
 
+import datafusion_distributed_py
 from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
@@ -331,6 +332,28 @@ def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_cli_worker_of_another_version_is_refused(ctx):
+    proc = subprocess.Popen(
+        ["datafusion-distributed-worker", "--port", "0", "--report-version", "9.9.9"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        dctx = DistributedContext(ctx, workers=[url])
+        with pytest.raises(WorkerError) as e:
+            dctx.sql("SELECT count(*) FROM nation").collect()
+        message = str(e.value)
+        assert (
+            url in message
+            and "9.9.9" in message
+            and datafusion_distributed_py.__version__ in message
+        )
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_console_script_help():
