@@ -35,6 +35,7 @@ use crate::codec::{fragment_codec, import_session_codec};
 use crate::cooperative::yield_after_amplifiers;
 use crate::embedded::EmbeddedCluster;
 use crate::errors::{to_py_err, worker_failure};
+use crate::generate_series::repair_series_scans;
 use crate::memory_tables;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::resolver::{display_url, parse_worker_url, FixedResolver, Workers};
@@ -207,7 +208,7 @@ impl ClusterPlanner {
         let task_ctx = state.task_ctx();
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
-        let plan = yield_after_amplifiers(plan)?;
+        let plan = yield_after_amplifiers(repair_series_scans(plan)?)?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::debug!(
             "planned a distributed query over {} workers",

@@ -8,6 +8,7 @@ mod cooperative;
 mod coordinator;
 mod embedded;
 mod errors;
+mod generate_series;
 mod memory_tables;
 mod object_stores;
 mod resolver;

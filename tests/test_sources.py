@@ -243,6 +243,23 @@ def test_view_cte_generate_series_unnest(tmp_path, mode):
     check(ctx, mode, "SELECT unnest(make_array(v, v + 1)) AS u FROM t WHERE v < 50")
 
 
+@pytest.mark.parametrize(
+    "series",
+    [
+        "generate_series(1, 100000)",
+        "range(10)",
+        "generate_series(1, NULL)",
+        "generate_series(TIMESTAMP '2020-01-01', TIMESTAMP '2020-02-01', INTERVAL '1 day')",
+        "generate_series(DATE '2020-01-01', DATE '2021-01-01', INTERVAL '1 month')",
+        "range(TIMESTAMPTZ '2020-01-01T00:00:00+02:00', TIMESTAMPTZ '2020-01-02T00:00:00+02:00', "
+        "INTERVAL '1 hour')",
+    ],
+)
+def test_count_star_over_series(series, mode):
+    """A series scan that reads no column: DataFusion 55 serialises it without its projection."""
+    check(SessionContext(), mode, f"SELECT count(*) AS n FROM {series}")
+
+
 # -- writes -------------------------------------------------------------------------------
 
 
