@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::TaskContext;
@@ -21,6 +22,8 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use http::HeaderMap;
 use url::Url;
+
+use crate::task_cache;
 
 /// Routes a worker URL to the in-process `Worker` that owns it.
 #[derive(Clone, Default)]
@@ -81,6 +84,7 @@ impl WorkerChannel for InProcessChannel {
 pub struct EmbeddedCluster {
     pub urls: Vec<Url>,
     pub channels: InProcessChannelResolver,
+    _sweepers: Vec<SpawnedTask<()>>,
 }
 
 impl EmbeddedCluster {
@@ -112,6 +116,16 @@ impl EmbeddedCluster {
             workers: Arc::new(workers),
         };
         let _ = cell.set(channels.clone());
-        Self { urls, channels }
+        let sweepers = channels
+            .workers
+            .values()
+            .cloned()
+            .map(task_cache::sweep)
+            .collect();
+        Self {
+            urls,
+            channels,
+            _sweepers: sweepers,
+        }
     }
 }

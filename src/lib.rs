@@ -15,6 +15,7 @@ mod resolver;
 mod root;
 mod runtime;
 mod table;
+mod task_cache;
 mod tracking;
 mod worker;
 

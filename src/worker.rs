@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
@@ -13,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::channels::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::codec::import_session_codec;
 use crate::object_stores::WorkerStores;
-use crate::runtime;
+use crate::{runtime, task_cache};
 
 #[pyclass(module = "datafusion_distributed_py._internal")]
 pub struct WorkerServer {
@@ -26,6 +27,7 @@ pub struct WorkerServer {
 struct Running {
     shutdown: oneshot::Sender<()>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
+    _sweeper: SpawnedTask<()>,
 }
 
 #[pymethods]
@@ -93,7 +95,11 @@ impl WorkerServer {
                 })
                 .await
         });
-        *running = Some(Running { shutdown: tx, task });
+        *running = Some(Running {
+            shutdown: tx,
+            task,
+            _sweeper: task_cache::sweep(self.worker.clone()),
+        });
         Ok(self.port)
     }
 

@@ -188,18 +188,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: Minutes of work whose stages emit nothing until they end (a join feeding an aggregate):
+#: over files, the join reads network shuffles; over series, a whole stage runs on one worker
+#: with its repartitions inside.
+FILE_JOIN = "SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k"
+SERIES_JOIN = (
+    "SELECT a.value % 10 AS k, count(*) AS n FROM generate_series(1, 300000) a "
+    "JOIN generate_series(1, 300000) b ON a.value % 10 = b.value % 10 GROUP BY 1"
+)
+SERIES_CROSS_JOIN = (
+    "SELECT count(DISTINCT a.value + b.value) AS n "
+    "FROM generate_series(1, 100000) a CROSS JOIN generate_series(1, 100000) b"
+)
+
+
 @contextlib.contextmanager
-def interrupted_join(
-    tmp_path, workers: LocalCluster | None, action: str = "collect"
+def interrupted(
+    tmp_path, workers: LocalCluster | None, sql: str, action: str = "collect"
 ) -> Iterator[None]:
-    """Ctrl-C (SIGINT) after 3 s of a join with billions of rows (minutes of work) feeding an
-    aggregate, a stage that emits nothing until it ends; asserts KeyboardInterrupt came promptly."""
+    """Ctrl-C (SIGINT) 3 s into ``getattr(df, action)()``; asserts KeyboardInterrupt came
+    promptly."""
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(50_000)]}), tmp_path / f"{i}.parquet")
     ctx = SessionContext()
     ctx.register_parquet("t", str(tmp_path) + "/")
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
-    df = dctx.sql("SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k")
+    df = dctx.sql(sql)
+    assert is_distributed(dctx.explain(df))
     main = threading.main_thread().ident
     timer = threading.Timer(3.0, signal.pthread_kill, (main, signal.SIGINT))
     # A background job may start with SIGINT ignored; Ctrl-C raises KeyboardInterrupt.
@@ -222,9 +237,10 @@ def _cpu_in_2s(pids: list[int]) -> float:
     return sum(_cpu_seconds(p) for p in pids) - before
 
 
-def test_keyboard_interrupt_cancels_work_on_workers(tmp_path):
+@pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "collect"), (SERIES_JOIN, "to_pandas")])
+def test_keyboard_interrupt_cancels_work_on_workers(tmp_path, sql, action):
     """Ctrl-C stops the coordinator and every worker process's tasks of the query."""
-    with LocalCluster(2) as c, interrupted_join(tmp_path, c):
+    with LocalCluster(2) as c, interrupted(tmp_path, c, sql, action):
         pids = [p.pid for p in c.processes]
         assert sum(_cpu_seconds(p) for p in pids) > 0.3, "the workers never worked on the query"
         time.sleep(1.0)
@@ -237,9 +253,10 @@ def test_keyboard_interrupt_cancels_work_on_workers(tmp_path):
         assert n == {"n": [200_000]}
 
 
-def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path):
-    """In-process workers stop too: the process goes idle after Ctrl-C during show()."""
-    with interrupted_join(tmp_path, None, "show"):
+@pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "show"), (SERIES_CROSS_JOIN, "collect")])
+def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path, sql, action):
+    """In-process workers stop too: the process goes idle after Ctrl-C."""
+    with interrupted(tmp_path, None, sql, action):
         time.sleep(1.0)
         assert _cpu_in_2s([os.getpid()]) < 0.5, "the in-process workers kept computing"
 
