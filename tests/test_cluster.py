@@ -373,6 +373,33 @@ def test_cli_worker_of_another_version_is_refused(ctx):
         proc.wait()
 
 
+def test_worker_restarted_at_the_same_url_is_used_again():
+    """Channels to a worker are cached across queries: they must survive its restart."""
+    (port,) = _free_ports(1)
+
+    def start() -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", str(port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().startswith("listening on ")
+        return proc
+
+    ctx = SessionContext()
+    ctx.from_pydict({"a": list(range(100))}, name="t")
+    dctx = DistributedContext(ctx, workers=[f"http://127.0.0.1:{port}"])
+    proc = start()
+    try:
+        assert dctx.sql("SELECT count(*) AS n FROM t").to_pydict() == {"n": [100]}
+        proc.kill()
+        proc.wait()
+        with pytest.raises(WorkerError, match=str(port)):
+            dctx.sql("SELECT count(*) AS n FROM t").collect()
+        proc = start()
+        assert dctx.sql("SELECT count(*) AS n FROM t").to_pydict() == {"n": [100]}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_console_script_help():
     out = subprocess.run(
         ["datafusion-distributed-worker", "--help"], capture_output=True, text=True, check=True
