@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from datafusion import SessionContext
 
-from datafusion_distributed_py import _internal
+from datafusion_distributed_py import _internal, object_stores
 
 log = logging.getLogger("datafusion_distributed_py.worker")
 
@@ -43,7 +43,8 @@ class Worker:
         host: address to bind; 127.0.0.1 unless you mean to accept remote coordinators.
         port: TCP port; 0 picks a free one (see :attr:`url` after :meth:`start`).
         setup: optional callable receiving the worker's ``SessionContext`` to customise it
-            (register UDFs, object stores, codecs).
+            (register UDFs, object stores, codecs). Object stores it registers are used for
+            this worker's reads, over those the coordinator sends for the same URL.
 
     Example:
         >>> w = Worker(port=0)
@@ -66,7 +67,9 @@ class Worker:
         if setup is not None:
             setup(self.ctx)
         version = _report_version if _report_version is not None else _internal.__version__
-        self._server = _internal.WorkerServer(host, int(port), self.ctx, version)
+        # Object stores the setup registered serve this worker's reads (over the coordinator's).
+        stores = object_stores.stores_of(self.ctx)
+        self._server = _internal.WorkerServer(host, int(port), self.ctx, version, stores)
 
     @property
     def url(self) -> str:

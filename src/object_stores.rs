@@ -156,13 +156,24 @@ pub fn from_headers(headers: &HeaderMap) -> Result<Vec<StoreSpec>> {
         .collect()
 }
 
-/// Registers the stores a request names on a worker's runtime, once per distinct set.
+/// Registers the stores a request names on a worker's runtime, once per distinct set, then the
+/// worker's own stores (from its `setup`) again on top: what a worker was set up with wins.
 #[derive(Default)]
 pub struct WorkerStores {
     seen: Mutex<HashSet<Vec<u8>>>,
+    own: Vec<StoreSpec>,
 }
 
 impl WorkerStores {
+    /// With the worker's own stores, registered on `runtime` now.
+    pub fn with_own(runtime: &RuntimeEnv, own: Vec<StoreSpec>) -> Result<Self> {
+        register_all(runtime, &own)?;
+        Ok(Self {
+            seen: Mutex::default(),
+            own,
+        })
+    }
+
     pub fn apply(&self, runtime: &RuntimeEnv, headers: &HeaderMap) -> Result<()> {
         let Some(value) = headers.get(STORES_HEADER) else {
             return Ok(());
@@ -176,6 +187,7 @@ impl WorkerStores {
             return Ok(());
         }
         register_all(runtime, &from_headers(headers)?)?;
+        register_all(runtime, &self.own)?;
         self.seen
             .lock()
             .expect("poisoned")

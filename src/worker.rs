@@ -1,4 +1,5 @@
 //! `WorkerServer`: a datafusion-distributed worker served over gRPC (Arrow Flight) with tonic.
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::channels::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::codec::import_session_codec;
-use crate::object_stores::WorkerStores;
+use crate::errors::to_py_err;
+use crate::object_stores::{StoreSpec, WorkerStores};
 use crate::{runtime, task_cache};
 
 #[pyclass(module = "datafusion_distributed_py._internal")]
@@ -34,12 +36,23 @@ struct Running {
 impl WorkerServer {
     /// `codec` is the worker-side session's physical extension codec (or the session): it
     /// decodes what the coordinator's session encoded, Python UDFs included.
+    /// `stores` are `(url, kind, options)` of the object stores the worker's setup registered.
     #[new]
-    #[pyo3(signature = (host, port, codec, version))]
-    fn new(host: String, port: u16, codec: &Bound<'_, PyAny>, version: String) -> PyResult<Self> {
+    #[pyo3(signature = (host, port, codec, version, stores = Vec::new()))]
+    fn new(
+        host: String,
+        port: u16,
+        codec: &Bound<'_, PyAny>,
+        version: String,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
+    ) -> PyResult<Self> {
         let codec = import_session_codec(codec)?;
         let runtime_env = Arc::new(RuntimeEnv::default());
-        let stores = Arc::new(WorkerStores::default());
+        let own = stores
+            .into_iter()
+            .map(|(url, kind, options)| StoreSpec { url, kind, options })
+            .collect();
+        let stores = Arc::new(WorkerStores::with_own(&runtime_env, own).map_err(to_py_err)?);
         let rt = Arc::clone(&runtime_env);
         // Worker-to-worker streams (shuffles) get the same keep-alive as the coordinator's.
         let channels = WorkerChannels::default();

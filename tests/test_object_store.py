@@ -110,3 +110,46 @@ def test_store_created_before_import_fails_clearly(s3_endpoint, monkeypatch):
     )
     with pytest.raises(Exception, match="imported"):
         DistributedContext(ctx, config=TINY).sql(SQL).collect()
+
+
+def _unrecorded_s3_ctx(endpoint: str) -> SessionContext:
+    """A session whose S3 store could not be described to workers (built bypassing our hook)."""
+    ctx = SessionContext()
+    store_cls = datafusion.object_store.AmazonS3.__wrapped_store_class__
+    store = store_cls(
+        bucket_name=BUCKET,
+        endpoint=endpoint,
+        allow_http=True,
+        access_key_id="key",
+        secret_access_key=SECRET,
+        region="us-east-1",
+    )
+    ctx.register_object_store("s3://", store, BUCKET)
+    ctx.register_parquet("t", f"s3://{BUCKET}/t/")
+    return ctx
+
+
+def test_worker_setup_supplies_its_own_object_store(s3_endpoint):
+    """Stores registered by a worker's ``setup`` serve its reads: workers can hold credentials
+    the coordinator never sends."""
+
+    def setup(worker_ctx: SessionContext) -> None:
+        store = datafusion.object_store.AmazonS3(
+            bucket_name=BUCKET,
+            endpoint=s3_endpoint,
+            allow_http=True,
+            access_key_id="key",
+            secret_access_key=SECRET,
+            region="us-east-1",
+        )
+        worker_ctx.register_object_store("s3://", store, BUCKET)
+
+    ctx = _unrecorded_s3_ctx(s3_endpoint)
+    expected = ctx.sql(SQL).to_arrow_table()
+    with LocalCluster(2) as bare, pytest.raises(Exception, match="imported"):
+        DistributedContext(ctx, workers=bare, config=TINY).sql(SQL).collect()
+    with LocalCluster(2, setup=setup) as c:
+        dctx = DistributedContext(ctx, workers=c, config=TINY)
+        df = dctx.sql(SQL)
+        assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+        assert is_distributed(dctx.explain(df))
