@@ -100,7 +100,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _parent_path()},
             )
         finally:
             log.close()
@@ -151,3 +151,11 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(urls={self.urls!r}, log_dir='{self.log_dir}')"
+
+
+def _parent_path() -> str:
+    """This process's import path, so workers import what it can (your script's modules, the
+    modules of UDFs and setup functions), ahead of any PYTHONPATH it was started with."""
+    entries = [os.path.abspath(p or os.curdir) for p in sys.path]
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join(entries + ([inherited] if inherited else []))

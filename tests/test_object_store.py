@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import socket
+from typing import Any
 
 import boto3
 import datafusion
@@ -61,9 +62,10 @@ def cluster():
         yield c
 
 
-def s3_ctx(endpoint: str) -> SessionContext:
-    ctx = SessionContext()
-    store = datafusion.object_store.AmazonS3(
+def s3_store(endpoint: str, store_cls: Any = None) -> Any:
+    """The test bucket's store; ``store_cls`` may bypass our recording of its settings."""
+    store_cls = store_cls or datafusion.object_store.AmazonS3
+    return store_cls(
         bucket_name=BUCKET,
         endpoint=endpoint,
         allow_http=True,
@@ -71,7 +73,11 @@ def s3_ctx(endpoint: str) -> SessionContext:
         secret_access_key=SECRET,
         region="us-east-1",
     )
-    ctx.register_object_store("s3://", store, BUCKET)
+
+
+def s3_ctx(endpoint: str, store_cls: Any = None) -> SessionContext:
+    ctx = SessionContext()
+    ctx.register_object_store("s3://", s3_store(endpoint, store_cls), BUCKET)
     ctx.register_parquet("t", f"s3://{BUCKET}/t/")
     return ctx
 
@@ -112,39 +118,15 @@ def test_store_created_before_import_fails_clearly(s3_endpoint, monkeypatch):
         DistributedContext(ctx, config=TINY).sql(SQL).collect()
 
 
-def _unrecorded_s3_ctx(endpoint: str) -> SessionContext:
-    """A session whose S3 store could not be described to workers (built bypassing our hook)."""
-    ctx = SessionContext()
-    store_cls = datafusion.object_store.AmazonS3.__wrapped_store_class__
-    store = store_cls(
-        bucket_name=BUCKET,
-        endpoint=endpoint,
-        allow_http=True,
-        access_key_id="key",
-        secret_access_key=SECRET,
-        region="us-east-1",
-    )
-    ctx.register_object_store("s3://", store, BUCKET)
-    ctx.register_parquet("t", f"s3://{BUCKET}/t/")
-    return ctx
-
-
 def test_worker_setup_supplies_its_own_object_store(s3_endpoint):
     """Stores registered by a worker's ``setup`` serve its reads: workers can hold credentials
     the coordinator never sends."""
 
     def setup(worker_ctx: SessionContext) -> None:
-        store = datafusion.object_store.AmazonS3(
-            bucket_name=BUCKET,
-            endpoint=s3_endpoint,
-            allow_http=True,
-            access_key_id="key",
-            secret_access_key=SECRET,
-            region="us-east-1",
-        )
-        worker_ctx.register_object_store("s3://", store, BUCKET)
+        worker_ctx.register_object_store("s3://", s3_store(s3_endpoint), BUCKET)
 
-    ctx = _unrecorded_s3_ctx(s3_endpoint)
+    # The coordinator's store is built bypassing our hook: its settings cannot reach workers.
+    ctx = s3_ctx(s3_endpoint, datafusion.object_store.AmazonS3.__wrapped_store_class__)
     expected = ctx.sql(SQL).to_arrow_table()
     with LocalCluster(2) as bare, pytest.raises(Exception, match="imported"):
         DistributedContext(ctx, workers=bare, config=TINY).sql(SQL).collect()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -70,12 +71,34 @@ def cluster():
             os.environ["PYTHONPATH"] = old
 
 
-def test_udf_whose_module_workers_cannot_import_fails_clearly(ctx):
+def test_udf_whose_module_workers_cannot_import_fails_clearly(ctx, tmp_path):
     register(ctx)
-    with LocalCluster(1) as c:  # started without this test module on its path
-        dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG)
+    # A worker started elsewhere, without this test module on its path.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen(
+        ["datafusion-distributed-worker", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
         with pytest.raises(Exception, match=r"(?s)worker http://127\.0\.0\.1:\d+.*test_udfs"):
             dctx.sql("SELECT sum(dbl(l_orderkey)) AS s FROM lineitem").collect()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_local_cluster_workers_import_what_the_parent_can(ctx):
+    """LocalCluster workers get this process's import path: UDFs from local modules work."""
+    register(ctx)
+    with LocalCluster(1) as c:
+        dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG)
+        sql = "SELECT sum(dbl(l_orderkey)) AS s FROM lineitem"
+        assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
 
 
 def test_scalar_udf_runs_on_worker_processes(ctx, cluster):
