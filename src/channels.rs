@@ -34,8 +34,9 @@ impl WorkerChannels {
         }
         let unreachable = |e: tonic::transport::Error| {
             DataFusionError::Execution(format!(
-                "Error connecting to Distributed DataFusion worker on '{}': {e}",
-                display_url(url)
+                "Error connecting to Distributed DataFusion worker on '{}': {}",
+                display_url(url),
+                with_causes(&e)
             ))
         };
         let channel = Endpoint::from_shared(url.to_string())
@@ -60,4 +61,19 @@ impl ChannelResolver for WorkerChannels {
         let channel = self.channel(url).await?;
         Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
     }
+}
+
+/// `e: cause: cause...`: tonic's own text ("transport error") does not say what went wrong.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        // Wrappers often repeat their cause's text.
+        if !text.ends_with(&said) {
+            text.push_str(&format!(": {said}"));
+        }
+        cause = c.source();
+    }
+    text
 }

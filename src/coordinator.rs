@@ -345,7 +345,7 @@ async fn check_workers(channels: &WorkerChannels, urls: &[Url]) -> Result<()> {
             ))),
             Ok(Err(e)) => Err(worker_failure(format!(
                 "worker {shown} is unreachable: {}",
-                e.find_root()
+                e.find_root().message()
             ))),
             Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
                 "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \

@@ -41,8 +41,10 @@ pub fn to_py_err(err: DataFusionError) -> PyErr {
         || err
             .to_string()
             .contains("Error connecting to Distributed DataFusion worker");
-    match is_worker {
-        true => WorkerError::new_err(err.find_root().to_string()),
-        false => DistributedError::new_err(err.to_string()),
+    match (is_worker, err.find_root()) {
+        // The failure's own words, without DataFusion's "External error: " prefix.
+        (true, DataFusionError::External(e)) => WorkerError::new_err(e.to_string()),
+        (true, root) => WorkerError::new_err(root.to_string()),
+        (false, _) => DistributedError::new_err(err.to_string()),
     }
 }
