@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import cloudpickle
 from datafusion import SessionContext
 
 from datafusion_distributed_py.errors import WorkerError
@@ -60,7 +59,10 @@ class LocalCluster:
         self.urls: list[str] = []
         versions = _report_versions or [None] * n
         if callable(setup):
-            # Imported here: the package must not import the worker module (`python -m` runs it).
+            # Imported here: cloudpickle only when needed, and the package must not import the
+            # worker module (`python -m` runs it).
+            import cloudpickle
+
             from datafusion_distributed_py.worker import SETUP_PICKLE_PREFIX
 
             pickled = self.log_dir / "setup.pickle"

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::Result;
 use datafusion_distributed::grpc::{create_worker_client, BoxCloneSyncChannel};
 use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
+use crate::errors::worker_failure;
 use crate::resolver::display_url;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,8 +34,8 @@ impl WorkerChannels {
             return Ok(channel.clone());
         }
         let unreachable = |e: tonic::transport::Error| {
-            DataFusionError::Execution(format!(
-                "Error connecting to Distributed DataFusion worker on '{}': {}",
+            worker_failure(format!(
+                "worker {} is unreachable: {}",
                 display_url(url),
                 with_causes(&e)
             ))

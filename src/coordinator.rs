@@ -34,7 +34,7 @@ use crate::channels::WorkerChannels;
 use crate::codec::{fragment_codec, import_session_codec};
 use crate::cooperative::yield_after_amplifiers;
 use crate::embedded::EmbeddedCluster;
-use crate::errors::{to_py_err, worker_failure};
+use crate::errors::{is_worker_failure, to_py_err, worker_failure};
 use crate::generate_series::repair_series_scans;
 use crate::memory_tables;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
@@ -141,10 +141,7 @@ impl Coordinator {
         stores: Vec<(String, String, BTreeMap<String, String>)>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<DistributedPlan> {
-        let stores = stores
-            .into_iter()
-            .map(|(url, kind, options)| StoreSpec { url, kind, options })
-            .collect();
+        let stores = stores.into_iter().map(StoreSpec::from).collect();
         let request = Arc::new(PlanRequest {
             plan_bytes,
             codec: import_session_codec(codec)?,
@@ -343,6 +340,7 @@ async fn check_workers(channels: &WorkerChannels, urls: &[Url]) -> Result<()> {
                 "worker {shown} did not answer within {}s",
                 HANDSHAKE_TIMEOUT.as_secs()
             ))),
+            Ok(Err(e)) if is_worker_failure(&e) => Err(e),
             Ok(Err(e)) => Err(worker_failure(format!(
                 "worker {shown} is unreachable: {}",
                 e.find_root().message()

@@ -35,16 +35,18 @@ pub fn worker_failure(msg: String) -> DataFusionError {
     DataFusionError::External(Box::new(WorkerFailure(msg)))
 }
 
+/// Whether `err` is, at its root, a failure that names a worker.
+pub fn is_worker_failure(err: &DataFusionError) -> bool {
+    matches!(err.find_root(), DataFusionError::External(e) if e.is::<WorkerFailure>())
+}
+
 /// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
 pub fn to_py_err(err: DataFusionError) -> PyErr {
-    let is_worker = matches!(err.find_root(), DataFusionError::External(e) if e.is::<WorkerFailure>())
-        || err
-            .to_string()
-            .contains("Error connecting to Distributed DataFusion worker");
-    match (is_worker, err.find_root()) {
+    match err.find_root() {
         // The failure's own words, without DataFusion's "External error: " prefix.
-        (true, DataFusionError::External(e)) => WorkerError::new_err(e.to_string()),
-        (true, root) => WorkerError::new_err(root.to_string()),
-        (false, _) => DistributedError::new_err(err.to_string()),
+        DataFusionError::External(e) if e.is::<WorkerFailure>() => {
+            WorkerError::new_err(e.to_string())
+        }
+        _ => DistributedError::new_err(err.to_string()),
     }
 }

@@ -34,6 +34,13 @@ pub struct StoreSpec {
     pub options: BTreeMap<String, String>,
 }
 
+/// As Python describes a store: `(url, kind, options)`.
+impl From<(String, String, BTreeMap<String, String>)> for StoreSpec {
+    fn from((url, kind, options): (String, String, BTreeMap<String, String>)) -> Self {
+        Self { url, kind, options }
+    }
+}
+
 impl StoreSpec {
     fn build(&self) -> Result<(Url, Arc<dyn ObjectStore>)> {
         let url = Url::parse(&self.url)
@@ -158,7 +165,6 @@ pub fn from_headers(headers: &HeaderMap) -> Result<Vec<StoreSpec>> {
 
 /// Registers the stores a request names on a worker's runtime, once per distinct set, then the
 /// worker's own stores (from its `setup`) again on top: what a worker was set up with wins.
-#[derive(Default)]
 pub struct WorkerStores {
     seen: Mutex<HashSet<Vec<u8>>>,
     own: Vec<StoreSpec>,

@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use url::Url;
 
 use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
-use crate::errors::{worker_failure, WorkerFailure};
+use crate::errors::{is_worker_failure, worker_failure};
 use crate::resolver::display_url;
 
 /// One task of one stage: where it ran and, once it finished, what it did.
@@ -193,7 +193,7 @@ struct TrackingChannel {
 
 /// Wraps an error from a worker so that the message names it (once).
 fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
-    if matches!(e.find_root(), DataFusionError::External(inner) if inner.is::<WorkerFailure>()) {
+    if is_worker_failure(&e) {
         return e;
     }
     worker_failure(format!("worker {} failed: {e}", display_url(url)))

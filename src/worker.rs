@@ -48,10 +48,7 @@ impl WorkerServer {
     ) -> PyResult<Self> {
         let codec = import_session_codec(codec)?;
         let runtime_env = Arc::new(RuntimeEnv::default());
-        let own = stores
-            .into_iter()
-            .map(|(url, kind, options)| StoreSpec { url, kind, options })
-            .collect();
+        let own = stores.into_iter().map(StoreSpec::from).collect();
         let stores = Arc::new(WorkerStores::with_own(&runtime_env, own).map_err(to_py_err)?);
         let rt = Arc::clone(&runtime_env);
         // Worker-to-worker streams (shuffles) get the same keep-alive as the coordinator's.

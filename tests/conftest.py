@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from datafusion import SessionContext
@@ -10,7 +14,7 @@ from datafusion import SessionContext
 from datafusion_distributed_py import DistributedConfig, DistributedContext, tpch
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
-__all__ = ["assert_same_rows", "is_distributed"]
+__all__ = ["assert_same_rows", "cli_worker", "is_distributed", "start_cli_worker"]
 
 TPCH_SF = 0.01
 TPCH_PARTS = 3
@@ -34,3 +38,25 @@ def ctx(tpch_dir: Path) -> SessionContext:
 @pytest.fixture
 def dctx(ctx: SessionContext) -> DistributedContext:
     return DistributedContext(ctx, config=SPLIT_CONFIG)
+
+
+def start_cli_worker(*args: str, **popen: Any) -> tuple[subprocess.Popen[str], str]:
+    """Start ``datafusion-distributed-worker --port 0 ARGS`` (a later ``--port`` wins) and
+    return the process and the URL it printed once listening."""
+    cmd = ["datafusion-distributed-worker", "--port", "0", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **popen)
+    line = proc.stdout.readline().strip()
+    assert line.startswith("listening on "), line
+    return proc, line.removeprefix("listening on ")
+
+
+@contextlib.contextmanager
+def cli_worker(*args: str, **popen: Any) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """:func:`start_cli_worker`, killed on exit if still running."""
+    proc, url = start_cli_worker(*args, **popen)
+    try:
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

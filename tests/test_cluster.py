@@ -16,7 +16,13 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SPLIT_CONFIG, assert_same_rows, is_distributed
+from conftest import (
+    SPLIT_CONFIG,
+    assert_same_rows,
+    cli_worker,
+    is_distributed,
+    start_cli_worker,
+)
 from datafusion import SessionContext
 
 import datafusion_distributed_py
@@ -328,13 +334,7 @@ def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
     # 400k rows joined on 10 keys: 16 billion joined rows, minutes of work.
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(100_000)]}), tmp_path / f"{i}.parquet")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
+    with cli_worker() as (proc, url):
         ctx = SessionContext()
         ctx.register_parquet("t", str(tmp_path) + "/")
         dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
@@ -346,19 +346,10 @@ def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
         assert time.monotonic() - start < 30
         assert proc.wait(15) == 0
         assert time.monotonic() - start >= DRAIN_SECONDS  # in-flight work got its drain time
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_cli_worker_of_another_version_is_refused(ctx):
-    proc = subprocess.Popen(
-        ["datafusion-distributed-worker", "--port", "0", "--report-version", "9.9.9"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
+    with cli_worker("--report-version", "9.9.9") as (_, url):
         dctx = DistributedContext(ctx, workers=[url])
         with pytest.raises(WorkerError) as e:
             dctx.sql("SELECT count(*) FROM nation").collect()
@@ -368,32 +359,22 @@ def test_cli_worker_of_another_version_is_refused(ctx):
             and "9.9.9" in message
             and datafusion_distributed_py.__version__ in message
         )
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_worker_restarted_at_the_same_url_is_used_again():
     """Channels to a worker are cached across queries: they must survive its restart."""
     (port,) = _free_ports(1)
-
-    def start() -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "datafusion_distributed_py.worker", "--port", str(port)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().startswith("listening on ")
-        return proc
-
     ctx = SessionContext()
     ctx.from_pydict({"a": list(range(100))}, name="t")
     dctx = DistributedContext(ctx, workers=[f"http://127.0.0.1:{port}"])
-    proc = start()
+    proc, _ = start_cli_worker("--port", str(port))
     try:
         assert dctx.sql("SELECT count(*) AS n FROM t").to_pydict() == {"n": [100]}
         proc.kill()
         proc.wait()
         with pytest.raises(WorkerError, match=str(port)):
             dctx.sql("SELECT count(*) AS n FROM t").collect()
-        proc = start()
+        proc, _ = start_cli_worker("--port", str(port))
         assert dctx.sql("SELECT count(*) AS n FROM t").to_pydict() == {"n": [100]}
     finally:
         proc.kill()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import SPLIT_CONFIG, assert_same_rows
+from conftest import SPLIT_CONFIG, assert_same_rows, cli_worker
 from datafusion import Accumulator, SessionContext, udaf, udf, udwf
 from datafusion.user_defined import WindowEvaluator
 
@@ -75,21 +74,10 @@ def test_udf_whose_module_workers_cannot_import_fails_clearly(ctx, tmp_path):
     register(ctx)
     # A worker started elsewhere, without this test module on its path.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen(
-        ["datafusion-distributed-worker", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-    )
-    try:
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
+    with cli_worker(cwd=tmp_path, env=env) as (_, url):
         dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
         with pytest.raises(Exception, match=r"(?s)worker http://127\.0\.0\.1:\d+.*test_udfs"):
             dctx.sql("SELECT sum(dbl(l_orderkey)) AS s FROM lineitem").collect()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_local_cluster_workers_import_what_the_parent_can(ctx):
