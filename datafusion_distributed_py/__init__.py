@@ -27,12 +27,13 @@ from datafusion_distributed_py import _internal, object_stores  # noqa: E402
 object_stores.install()
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
-from datafusion_distributed_py.context import DistributedContext  # noqa: E402
+from datafusion_distributed_py.context import DistributedContext, MetricsRecord  # noqa: E402
 from datafusion_distributed_py.errors import (  # noqa: E402
     DistributedError,
     UnsupportedTableError,
     WorkerError,
 )
+from datafusion_distributed_py.progress import ProgressEvent  # noqa: E402
 
 if TYPE_CHECKING:
     from datafusion_distributed_py.worker import Worker
@@ -56,6 +57,8 @@ __all__ = [
     "DistributedContext",
     "DistributedError",
     "LocalCluster",
+    "MetricsRecord",
+    "ProgressEvent",
     "UnsupportedTableError",
     "Worker",
     "WorkerError",

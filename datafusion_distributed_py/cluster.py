@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,9 +29,11 @@ class LocalCluster:
     Args:
         n_workers: number of worker processes (default: one per CPU, at least 2).
         setup: run in each worker on its ``SessionContext`` (register UDFs, object stores):
-            a callable (cloudpickled to the workers, so a function defined in a script or a
-            notebook works) or a ``"module:function"`` string.
-        log_dir: where worker logs go (default: a new temporary directory).
+            a callable (cloudpickled to the workers through their stdin, never written to
+            disk, so a function defined in a script or a notebook works) or a
+            ``"module:function"`` string.
+        log_dir: where worker logs go (default: a new temporary directory, removed by
+            :meth:`close`).
 
     Example:
         >>> from datafusion import SessionContext
@@ -53,26 +57,33 @@ class LocalCluster:
         n = default_worker_count() if n_workers is None else n_workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
-        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="dfd-cluster-"))
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.urls: list[str] = []
-        versions = _report_versions or [None] * n
+        pickled: bytes | None = None
         if callable(setup):
             # Imported here: cloudpickle only when needed, and the package must not import the
             # worker module (`python -m` runs it).
             import cloudpickle
 
-            from datafusion_distributed_py.worker import SETUP_PICKLE_PREFIX
+            from datafusion_distributed_py.worker import SETUP_FROM_STDIN
 
-            pickled = self.log_dir / "setup.pickle"
-            pickled.write_bytes(cloudpickle.dumps(setup))
-            setup = f"{SETUP_PICKLE_PREFIX}{pickled}"
+            pickled = cloudpickle.dumps(setup)
+            setup = SETUP_FROM_STDIN
         elif setup is not None and not isinstance(setup, str):
             raise TypeError(f"setup must be a callable or 'module:function', got {setup!r}")
+        self._owns_log_dir = log_dir is None
+        #: Where the workers' logs are (``worker-<i>.log``).
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="dfd-cluster-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        #: The worker processes.
+        self.processes: list[subprocess.Popen[bytes]] = []
+        #: The workers' URLs, in the order of :attr:`processes`.
+        self.urls: list[str] = []
+        versions = _report_versions or [None] * n
         try:
             for i in range(n):
-                self.processes.append(self._spawn(i, setup, versions[i]))
+                self.processes.append(self._spawn(i, setup, versions[i], pickled is not None))
+            if pickled is not None:
+                for p in self.processes:
+                    _send(p, pickled)
             self.urls = [self._wait_ready(i, p) for i, p in enumerate(self.processes)]
         except BaseException:
             self.close()
@@ -81,7 +92,9 @@ class LocalCluster:
     def _log_path(self, i: int) -> Path:
         return self.log_dir / f"worker-{i}.log"
 
-    def _spawn(self, i: int, setup: str | None, version: str | None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, i: int, setup: str | None, version: str | None, pipe_stdin: bool
+    ) -> subprocess.Popen[bytes]:
         cmd = [
             sys.executable,
             "-m",
@@ -101,7 +114,7 @@ class LocalCluster:
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if pipe_stdin else subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _parent_path()},
             )
         finally:
@@ -111,23 +124,28 @@ class LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT
         path = self._log_path(i)
         while time.monotonic() < deadline:
-            for line in path.read_text(errors="replace").splitlines():
+            log = path.read_text(errors="replace")
+            for line in log.splitlines():
                 if line.startswith("listening on "):
                     return line.removeprefix("listening on ").strip()
             if proc.poll() is not None:
                 raise WorkerError(
                     f"worker {i} exited with code {proc.returncode} before listening; "
-                    f"log {path}:\n{path.read_text(errors='replace')[-2000:]}"
+                    f"log {path}:\n{log[-2000:]}"
                 )
             time.sleep(0.05)
-        raise WorkerError(f"worker {i} did not start within {START_TIMEOUT}s; see {path}")
+        # The log goes with the temporary directory: its tail is in the message.
+        tail = path.read_text(errors="replace")[-2000:]
+        raise WorkerError(f"worker {i} did not start within {START_TIMEOUT}s; log {path}:\n{tail}")
 
     @property
     def n_workers(self) -> int:
+        """The number of worker processes."""
         return len(self.processes)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop every worker (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
+        """Stop every worker (SIGTERM, then SIGKILL after ``timeout`` seconds), and remove
+        :attr:`log_dir` if this cluster created it."""
         for p in self.processes:
             if p.poll() is None:
                 p.terminate()
@@ -138,6 +156,12 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self._remove_log_dir()
+
+    def _remove_log_dir(self) -> None:
+        if getattr(self, "_owns_log_dir", False):
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+            self._owns_log_dir = False
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -146,13 +170,23 @@ class LocalCluster:
         self.close()
 
     def __del__(self) -> None:
-        procs = getattr(self, "processes", [])
+        procs: list[subprocess.Popen[bytes]] = getattr(self, "processes", [])
         for p in procs:
             if p.poll() is None:
                 p.kill()
+                p.wait()
+        self._remove_log_dir()
 
     def __repr__(self) -> str:
         return f"LocalCluster(urls={self.urls!r}, log_dir='{self.log_dir}')"
+
+
+def _send(proc: subprocess.Popen[bytes], payload: bytes) -> None:
+    """Write ``payload`` to the worker's stdin and close it (the worker reads to the end)."""
+    assert proc.stdin is not None
+    # A worker that died before reading is reported with its log by `_wait_ready`.
+    with contextlib.suppress(BrokenPipeError), proc.stdin as stdin:
+        stdin.write(payload)
 
 
 def _parent_path() -> str:

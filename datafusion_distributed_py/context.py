@@ -6,21 +6,69 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Union
+from typing import Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
-from datafusion import DataFrame, SessionContext
+from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
+from datafusion.expr import DmlStatement, EmptyRelation, TableScan
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
-from datafusion_distributed_py.errors import DistributedError, UnsupportedTableError
+from datafusion_distributed_py.errors import UnsupportedTableError
 from datafusion_distributed_py.progress import ProgressCallback
+from datafusion_distributed_py.security import Security
+
+
+@runtime_checkable
+class HasUrl(Protocol):
+    """A worker that stands for its URL, such as a started :class:`Worker`."""
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the worker."""
+        ...
+
+
+@runtime_checkable
+class HasUrls(Protocol):
+    """A set of workers that stands for their URLs, such as a :class:`LocalCluster`."""
+
+    @property
+    def urls(self) -> Sequence[str]:
+        """``http://host:port`` of each worker."""
+        ...
+
 
 #: What ``workers=`` accepts: None (embedded cluster), URL strings (or started ``Worker``s),
 #: an object with ``.urls`` (such as ``LocalCluster``), or a callable returning URL strings at
 #: each query's planning.
-Workers = Union[None, Sequence[str], Callable[[], Sequence[str]], Any]  # noqa: UP007
+Workers = Sequence[str | HasUrl] | HasUrls | Callable[[], Sequence[str]] | None
+
+
+class MetricsRecord(TypedDict):
+    """One task of a query's latest run, as :meth:`DistributedContext.metrics` lists them.
+
+    Attributes:
+        stage: stage number (as in ``explain``).
+        task: task number within the stage.
+        tasks_in_stage: tasks of the stage.
+        worker_url: the worker the task ran on.
+        output_rows: rows the task produced (None if its worker reported no metrics).
+        output_bytes: bytes the task produced (None likewise).
+        elapsed_compute_ms: compute time of the task (None likewise).
+        duration_ms: from sending the task to its end (None if its end was not seen).
+    """
+
+    stage: int
+    task: int
+    tasks_in_stage: int
+    worker_url: str
+    output_rows: int | None
+    output_bytes: int | None
+    elapsed_compute_ms: float | None
+    duration_ms: float | None
+
 
 _SET_DISTRIBUTED = re.compile(
     r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
@@ -29,8 +77,6 @@ _EXPLAIN = re.compile(
     r"^\s*EXPLAIN\s+(?P<analyze>ANALYZE\s+)?(?:VERBOSE\s+)?(?P<query>.+)$",
     re.IGNORECASE | re.DOTALL,
 )
-# Logical plan variants of statements that `SessionContext.sql` already ran (DDL, SET, ...).
-_ALREADY_EXECUTED = {"EmptyRelation"}
 _DATAFRAME_PLAN_ATTR = "_datafusion_distributed_plan"
 
 
@@ -57,6 +103,9 @@ class DistributedContext:
         progress: live per-stage bars (``True``), none (``False``), or a callable receiving
             :class:`~datafusion_distributed_py.progress.ProgressEvent` objects; by default bars
             are shown in Jupyter and on a terminal, and nothing otherwise.
+        security: the token / TLS settings to reach the workers with (see
+            :class:`~datafusion_distributed_py.Security`); by default a ``LocalCluster``'s
+            own, else ``Security.from_env()`` (``DFDPY_TOKEN_FILE``, ...), else none.
 
     Example:
         >>> from datafusion import SessionContext
@@ -73,6 +122,7 @@ class DistributedContext:
         workers: Workers = None,
         config: DistributedConfig | None = None,
         progress: bool | ProgressCallback | None = None,
+        security: Security | None = None,
     ) -> None:
         if not isinstance(ctx, SessionContext):
             raise TypeError(
@@ -84,7 +134,7 @@ class DistributedContext:
         self._config = config or DistributedConfig()
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
-        self._coordinator = _coordinator_for(workers)
+        self._coordinator = _coordinator_for(workers, _security_for(workers, security))
 
     @property
     def ctx(self) -> SessionContext:
@@ -126,7 +176,8 @@ class DistributedContext:
         if m := _EXPLAIN.match(query):
             return self._explain_frame(m.group("query"), analyze=bool(m.group("analyze")))
         df = self._ctx.sql(query)
-        if _variant(df) in _ALREADY_EXECUTED:
+        # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
+        if isinstance(df.logical_plan().to_variant(), EmptyRelation):
             return df
         return self.distribute(df)
 
@@ -171,7 +222,7 @@ class DistributedContext:
             self._ctx.read_table(plan).collect()
         return plan.display(format=format, analyze=analyze)
 
-    def metrics(self, df: DataFrame) -> list[dict[str, Any]]:
+    def metrics(self, df: DataFrame) -> list[MetricsRecord]:
         """Per-task records of ``df``'s latest run: stage, task, worker URL, output rows and
         bytes, compute time. Waits until every worker has reported.
 
@@ -184,7 +235,7 @@ class DistributedContext:
             ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'stage',
              'task', 'tasks_in_stage', 'worker_url']
         """
-        plan = getattr(df, _DATAFRAME_PLAN_ATTR, None)
+        plan = _attached_plan(df)
         if plan is None:
             raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
         return plan.task_metrics()
@@ -204,20 +255,22 @@ class DistributedContext:
             raise TypeError(
                 f"expected a SQL string or a datafusion.DataFrame, got {type(query_or_df).__name__}"
             )
-        existing = getattr(df, _DATAFRAME_PLAN_ATTR, None)
+        existing = _attached_plan(df)
         return existing if existing is not None else self._plan(df)
 
     def _plan(self, df: DataFrame) -> _internal.DistributedPlan:
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
         session = _session_options(self._ctx)
-        try:
-            with _planning_settings(self._ctx, session):
-                # A DataFrame plans with the settings of its creation: re-create it under ours.
-                fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-                plan_bytes = fresh.execution_plan().to_bytes(self._ctx)
-        except Exception as e:  # datafusion raises plain Exception subclasses
-            raise _unsupported(df, e) from e
+        with _planning_settings(self._ctx, session):
+            # A DataFrame plans with the settings of its creation: re-create it under ours.
+            fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+            # Planning errors are the query's own: they surface as single-node's would.
+            physical = fresh.execution_plan()
+            try:
+                plan_bytes = physical.to_bytes(self._ctx)
+            except Exception as e:  # datafusion raises plain Exception subclasses
+                raise _unsupported(self._ctx, fresh, e) from e
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
@@ -233,33 +286,49 @@ class DistributedContext:
         return f"DistributedContext(workers={self.worker_urls!r})"
 
 
-def _coordinator_for(workers: Workers) -> _internal.Coordinator:
+def _security_for(workers: Workers, security: Security | None) -> Security | None:
+    """The security to reach ``workers`` with: the one given, else the cluster's own (a
+    ``LocalCluster`` makes a token), else the ``DFDPY_*`` environment variables."""
+    if security is not None:
+        if not isinstance(security, Security):
+            raise TypeError(f"security must be a Security, got {type(security).__name__}")
+        return security
+    own = getattr(workers, "security", None)
+    if isinstance(own, Security):
+        return own
+    return Security.from_env()
+
+
+def _coordinator_for(workers: Workers, security: Security | None) -> _internal.Coordinator:
+    core = security._to_core() if security is not None else None
     if workers is None:
         return _internal.Coordinator.embedded(default_worker_count())
     if isinstance(workers, str):
         raise TypeError("workers must be a list of URLs, not a single string; wrap it in [...]")
-    urls = getattr(workers, "urls", None)
-    if urls is not None and not callable(workers):
-        workers = list(urls)
     if callable(workers):
-        return _internal.Coordinator.remote(workers)
+        return _internal.Coordinator.remote(workers, core)
+    if isinstance(workers, HasUrls):
+        workers = list(workers.urls)
     if isinstance(workers, (list, tuple)):
         if not workers:
             raise ValueError("workers=[] names no workers; pass None for the embedded cluster")
-        # A started Worker stands for its URL.
-        urls = [getattr(w, "url", w) for w in workers]
-        for url in urls:
+        urls: list[str] = []
+        for worker in workers:
+            url = worker.url if isinstance(worker, HasUrl) else worker  # a started Worker
             if not isinstance(url, str):
                 raise TypeError(f"worker URLs must be strings, got {type(url).__name__}")
-        return _internal.Coordinator.remote(urls)
+            urls.append(url)
+        return _internal.Coordinator.remote(urls, core)
     raise TypeError(
         "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
         f"got {type(workers).__name__}"
     )
 
 
-def _variant(df: DataFrame) -> str:
-    return type(df.logical_plan().to_variant()).__name__
+def _attached_plan(df: DataFrame) -> _internal.DistributedPlan | None:
+    """The distributed plan behind a DataFrame this package returned, if it is one."""
+    plan = getattr(df, _DATAFRAME_PLAN_ATTR, None)
+    return plan if isinstance(plan, _internal.DistributedPlan) else None
 
 
 def _session_options(ctx: SessionContext) -> dict[str, str]:
@@ -292,31 +361,97 @@ def _planning_settings(ctx: SessionContext, session: dict[str, str]) -> Iterator
             ctx.sql(f"SET {key} = {value}")
 
 
-def _unsupported(df: DataFrame, err: Exception) -> DistributedError:
-    msg = str(err)
-    display = df.logical_plan().display_indent()
-    tables = re.findall(r"TableScan: (\S+)|table=\[([^\]]+)\]", display)
-    names = [scan or target for scan, target in tables]
-    named = f" (tables in the query: {', '.join(dict.fromkeys(names))})" if names else ""
+def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> UnsupportedTableError:
+    """Explain why ``df``'s physical plan did not serialise: which tables, and what to do."""
+    plan = _optimized(df)
+    root = plan.to_variant()
+    scans = _scanned_tables(plan)
+    # The tables that cannot travel are those whose scan alone does not serialise either.
+    blocked = {name: ref for name, ref in scans.items() if not _serialises(ctx, ref)}
+    kinds = {kind for ref in blocked.values() for kind in _scan_kinds(ctx, ref)}
+    named = ", ".join(blocked or scans)
+    where = f" (tables in the query: {named})" if named else ""
     hint = "Run it single-node with ctx.sql(...) instead."
-    if "DataSinkExec" in msg and "Dml:" in display:
+    if isinstance(root, DmlStatement):
+        statement, target = str(root.op().name()).upper(), str(root.table_name())
+        where = f" (it writes into table {target})"
         hint = (
-            "INSERT INTO an in-memory table writes into this process's memory and cannot run "
-            "on workers; run it with ctx.sql(...).collect() instead."
+            f"{statement} {target} writes into a table held by this process (such as an "
+            "in-memory table) and cannot run on workers; run it with ctx.sql(...).collect() "
+            "instead."
         )
-    elif "avro" in msg.lower():
-        hint = (
-            "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables cannot "
-            "reach workers; convert once with ctx.read_avro(path).write_parquet(out) and "
-            "register the parquet copy, or run the query single-node with ctx.sql(...)."
-        )
-    elif "DatasetExec" in msg or "Dataset" in msg:
-        hint = (
-            "pyarrow datasets (register_dataset) are scanned by Python in this process and "
-            "cannot be sent to workers; register the files with register_parquet/register_csv "
-            "instead, or run the query single-node with ctx.sql(...)."
-        )
+    elif blocked:
+        where = f" (tables that cannot be sent to workers: {named})"
+        if "avro" in kinds:
+            hint = (
+                "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables "
+                "cannot reach workers; convert once with ctx.read_avro(path).write_parquet(out) "
+                "and register the parquet copy, or run the query single-node with ctx.sql(...)."
+            )
+        elif "dataset" in kinds:
+            hint = (
+                "pyarrow datasets (register_dataset) are scanned by Python in this process and "
+                "cannot be sent to workers; register the files with register_parquet/"
+                "register_csv instead, or run the query single-node with ctx.sql(...)."
+            )
     return UnsupportedTableError(
-        f"this query cannot be distributed: part of its plan cannot be sent to workers{named}. "
-        f"{hint} Cause: {msg}"
+        f"this query cannot be distributed: part of its plan cannot be sent to workers{where}. "
+        f"{hint} Cause: {err}"
     )
+
+
+def _optimized(df: DataFrame) -> LogicalPlan:
+    """The plan the physical plan was made from (subqueries decorrelated into joins, so
+    every scanned table is reached by ``inputs()``); the unoptimised one if that fails."""
+    try:
+        return df.optimized_logical_plan()
+    except Exception:  # datafusion raises plain Exception subclasses
+        return df.logical_plan()
+
+
+def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
+    """Each table ``plan`` scans: its name as written -> a quoted reference for ``ctx.table``."""
+    tables: dict[str, str] = {}
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        variant = node.to_variant()
+        if isinstance(variant, TableScan):
+            parts: tuple[str | None, ...] = variant.fqn()
+            quoted = ['"' + p.replace('"', '""') + '"' for p in parts if p is not None]
+            tables.setdefault(str(variant.table_name()), ".".join(quoted))
+        pending.extend(reversed(node.inputs()))
+    return tables
+
+
+def _serialises(ctx: SessionContext, table: str) -> bool:
+    """True when a plain scan of ``table`` serialises (it can travel to workers)."""
+    try:
+        ctx.table(table).execution_plan().to_bytes(ctx)
+    except Exception:  # datafusion raises plain Exception subclasses
+        return False
+    return True
+
+
+def _scan_kinds(ctx: SessionContext, table: str) -> set[str]:
+    """``"dataset"`` and/or ``"avro"`` when ``table``'s scan is a pyarrow dataset or an Avro
+    file scan.
+
+    datafusion-python 55 exposes no typed way to tell: ``Table.kind`` only tells tables from
+    views, and an ``ExecutionPlan`` has no node type. So this reads each node's own one-line
+    display (``"Name: details"``), the narrowest text there is, never an error message.
+    """
+    kinds: set[str] = set()
+    try:
+        pending: list[ExecutionPlan] = [ctx.table(table).execution_plan()]
+    except Exception:  # datafusion raises plain Exception subclasses
+        return kinds
+    while pending:
+        node = pending.pop()
+        name, _, details = node.display().partition(":")
+        if name.strip() == "DatasetExec":
+            kinds.add("dataset")
+        elif name.strip() == "DataSourceExec" and "file_type=avro" in details:
+            kinds.add("avro")
+        pending.extend(node.children())
+    return kinds

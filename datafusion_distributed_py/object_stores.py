@@ -1,24 +1,41 @@
 """Object stores registered on a ``SessionContext``, described so workers can rebuild them.
 
 datafusion-python keeps object stores inside its Rust runtime, out of reach over FFI, and its
-store objects do not expose their settings. So, when this package is imported, it records
-how each ``datafusion.object_store.*`` store is constructed and on which session it is
-registered (``ctx.register_object_store``); planning passes those descriptions to the Rust
-core, which registers the stores on the coordinator's runtime and sends them to worker
-processes in a request header (never in plans or logs). Import ``datafusion_distributed_py``
-before creating stores; a store built earlier raises a clear error when a query needs it.
+store objects do not expose their settings. So, when this package is imported, the classes of
+``datafusion.object_store`` are replaced by subclasses of the same names whose instances
+remember how they were constructed, and ``ctx.register_object_store`` /
+``ctx.deregister_object_store`` remember which store serves which URL of which session.
+Planning passes those descriptions to the Rust core, which registers the stores on the
+coordinator's runtime and sends them to worker processes in a request header (never in plans
+or logs). Import ``datafusion_distributed_py`` before creating stores; a store built earlier
+raises a clear error when a query needs it.
+
+Example:
+    >>> import datafusion
+    >>> from datafusion.object_store import LocalFileSystem
+    >>> store = LocalFileSystem(prefix="/tmp")
+    >>> isinstance(store, LocalFileSystem)
+    True
+    >>> ctx = datafusion.SessionContext()
+    >>> ctx.register_object_store("file://", store, None)
+    >>> stores_of(ctx)
+    [('file://', 'local', {'prefix': '/tmp'})]
+    >>> ctx.deregister_object_store("file://", None)
+    >>> stores_of(ctx)
+    []
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from typing import Any
 
 import datafusion
 import datafusion.object_store as _object_store
 
-#: Python store class name -> (kind, Rust option key for each constructor argument).
+#: Python store class name -> (kind, Rust option key of each constructor argument we forward).
 _KINDS: dict[str, tuple[str, dict[str, str]]] = {
     "AmazonS3": (
         "s3",
@@ -38,51 +55,64 @@ _KINDS: dict[str, tuple[str, dict[str, str]]] = {
     "GoogleCloud": ("gcs", {}),
     "MicrosoftAzure": ("azure", {}),
 }
-_ARG_ORDER = {
-    "AmazonS3": [
-        "bucket_name", "region", "access_key_id", "secret_access_key", "session_token",
-        "endpoint", "allow_http", "imdsv1_fallback",
-    ],
-    "Http": ["url"],
-    "LocalFileSystem": ["prefix"],
-    "GoogleCloud": ["bucket_name"],
-    "MicrosoftAzure": ["container_name"],
-}  # fmt: skip
+
+#: What a store needs on workers: its kind and the Rust options it was built with.
+Settings = tuple[str, dict[str, str]]
+#: ``(url, kind, options)`` of a registered store, as the Rust core takes them.
+StoreSpec = tuple[str, str, dict[str, str]]
+
+#: The attribute of a store built by a recording class that holds its :data:`Settings`.
+_SETTINGS_ATTR = "_datafusion_distributed_settings"
 
 _lock = threading.Lock()
-#: id(store) -> (store, kind, options); the store is kept so its id stays unique.
-_stores: dict[int, tuple[Any, str, dict[str, str]]] = {}
-#: session id -> {url prefix: id(store) or None when the store's settings are unknown}
-_sessions: dict[str, dict[str, int | None]] = {}
+_installed = False
+#: session id -> {url prefix: the store's settings, or None when they are unknown}
+_sessions: dict[str, dict[str, Settings | None]] = {}
 
 
-class UnknownStore:
-    """Placeholder for a store whose settings were not recorded."""
+class _StoreClass(type):
+    """Metaclass of the recording store classes: a store built from the original class
+    (before this package was imported, say) is an instance of the recording class too."""
+
+    __wrapped_store_class__: type
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, cls.__wrapped_store_class__)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls.__wrapped_store_class__)
 
 
-def _describe(cls_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
-    kind, keys = _KINDS[cls_name]
-    named = dict(zip(_ARG_ORDER[cls_name], args, strict=False)) | kwargs
-    options = {}
-    for name, value in named.items():
-        if value is None or name not in keys:
-            continue
-        options[keys[name]] = str(value).lower() if isinstance(value, bool) else str(value)
-    return options
-
-
-def _recording(cls: type) -> Any:
+def _recording(cls: type) -> type:
+    """A subclass of the store class ``cls``, of the same name, whose instances remember
+    their :data:`Settings`."""
     name = cls.__name__
+    kind, keys = _KINDS[name]
+    signature = inspect.signature(cls)
 
-    @functools.wraps(cls, updated=())
-    def make(*args: Any, **kwargs: Any) -> Any:
-        store = cls(*args, **kwargs)
-        with _lock:
-            _stores[id(store)] = (store, _KINDS[name][0], _describe(name, args, kwargs))
+    def __new__(sub: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        store = cls.__new__(sub, *args, **kwargs)
+        options: dict[str, str] = {}
+        for arg, value in signature.bind(*args, **kwargs).arguments.items():
+            if value is not None and arg in keys:
+                options[keys[arg]] = str(value).lower() if isinstance(value, bool) else str(value)
+        setattr(store, _SETTINGS_ATTR, (kind, options))
         return store
 
-    make.__wrapped_store_class__ = cls  # type: ignore[attr-defined]
-    return make
+    namespace = {
+        "__new__": __new__,
+        "__module__": _object_store.__name__,
+        "__qualname__": name,
+        "__doc__": cls.__doc__,
+        "__signature__": signature,
+        "__wrapped_store_class__": cls,
+    }
+    return _StoreClass(name, (cls,), namespace)
+
+
+def _settings(store: object) -> Settings | None:
+    settings = getattr(store, _SETTINGS_ATTR, None)
+    return settings if isinstance(settings, tuple) else None
 
 
 def _url(schema: str, host: str | None) -> str:
@@ -91,38 +121,48 @@ def _url(schema: str, host: str | None) -> str:
 
 
 def install() -> None:
-    """Start recording store construction and registration (idempotent)."""
+    """Start recording store construction and (de)registration (idempotent)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
     ctx_cls = datafusion.SessionContext
-    if getattr(ctx_cls.register_object_store, "__dfdpy__", False):
-        return
     for name in _KINDS:
         cls = getattr(_object_store, name, None)
-        if cls is not None and not hasattr(cls, "__wrapped_store_class__"):
+        if isinstance(cls, type) and not isinstance(cls, _StoreClass):
             setattr(_object_store, name, _recording(cls))
-    original = ctx_cls.register_object_store
+    register = ctx_cls.register_object_store
+    deregister = ctx_cls.deregister_object_store
 
-    @functools.wraps(original)
+    @functools.wraps(register)
     def register_object_store(
         self: datafusion.SessionContext, schema: str, store: Any, host: str | None = None
     ) -> None:
-        original(self, schema, store, host)
+        register(self, schema, store, host)
         with _lock:
-            known = id(store) if id(store) in _stores else None
-            _sessions.setdefault(self.session_id(), {})[_url(schema, host)] = known
+            _sessions.setdefault(self.session_id(), {})[_url(schema, host)] = _settings(store)
 
-    register_object_store.__dfdpy__ = True  # type: ignore[attr-defined]
+    @functools.wraps(deregister)
+    def deregister_object_store(
+        self: datafusion.SessionContext, schema: str, host: str | None = None
+    ) -> None:
+        deregister(self, schema, host)
+        with _lock:
+            _sessions.get(self.session_id(), {}).pop(_url(schema, host), None)
+
+    # Patching the class is the point: every session, however created, records its stores.
     ctx_cls.register_object_store = register_object_store  # type: ignore[method-assign]
+    ctx_cls.deregister_object_store = deregister_object_store  # type: ignore[method-assign]
 
 
-def stores_of(ctx: datafusion.SessionContext) -> list[tuple[str, str, dict[str, str]]]:
-    """``(url, kind, options)`` of every store registered on ``ctx`` with known settings."""
+def stores_of(ctx: datafusion.SessionContext) -> list[StoreSpec]:
+    """``(url, kind, options)`` of every store registered on ``ctx``; the kind is
+    ``"unknown"`` for a store whose settings were not recorded."""
     with _lock:
         registered = dict(_sessions.get(ctx.session_id(), {}))
-        out = []
-        for url, key in registered.items():
-            if key is None:
-                out.append((url, "unknown", {}))
-                continue
-            _, kind, options = _stores[key]
-            out.append((url, kind, options))
+    out: list[StoreSpec] = []
+    for url, settings in registered.items():
+        kind, options = settings or ("unknown", {})
+        out.append((url, kind, dict(options)))
     return out

@@ -29,7 +29,7 @@ def _normalize(value: object) -> object:
     return value
 
 
-def rows(table: pa.Table) -> list[tuple]:
+def rows(table: pa.Table) -> list[tuple[object, ...]]:
     """The table's rows as tuples, floats rounded to 6 decimals."""
     return [tuple(_normalize(v) for v in row.values()) for row in table.to_pylist()]
 

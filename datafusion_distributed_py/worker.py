@@ -2,6 +2,7 @@
 
     datafusion-distributed-worker --host 127.0.0.1 --port 50051 [--setup pkg.mod:func]
     python -m datafusion_distributed_py.worker --port 0
+    python -m datafusion_distributed_py.worker --setup pickle:- < setup.pickle
 
 The worker prints ``listening on http://HOST:PORT`` once it accepts work. SIGTERM and
 SIGINT stop it gracefully: in-flight tasks get a bounded drain time.
@@ -29,8 +30,9 @@ log = logging.getLogger("datafusion_distributed_py.worker")
 #: Seconds in-flight tasks get to finish when a worker is told to stop.
 DRAIN_SECONDS = 5.0
 
-#: ``--setup pickle:FILE`` loads a cloudpickled callable (how ``LocalCluster`` ships one).
-SETUP_PICKLE_PREFIX = "pickle:"
+#: ``--setup pickle:-`` reads a cloudpickled callable from stdin (how ``LocalCluster`` ships
+#: one: it never touches the disk).
+SETUP_FROM_STDIN = "pickle:-"
 
 
 class Worker:
@@ -124,14 +126,19 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def load_setup(spec: str) -> Callable[[SessionContext], object]:
-    """Import ``module:function`` (the CLI's ``--setup``), or load ``pickle:FILE``."""
-    if spec.startswith(SETUP_PICKLE_PREFIX):
-        with open(spec.removeprefix(SETUP_PICKLE_PREFIX), "rb") as f:
-            return pickle.load(f)
-    module_name, sep, func_name = spec.partition(":")
-    if not sep or not module_name or not func_name:
-        raise ValueError(f"--setup must look like 'package.module:function', got {spec!r}")
-    func = getattr(importlib.import_module(module_name), func_name)
+    """Import ``module:function`` (the CLI's ``--setup``), or, for ``pickle:-``, unpickle a
+    callable from stdin."""
+    func: object
+    if spec == SETUP_FROM_STDIN:
+        func = pickle.loads(sys.stdin.buffer.read())
+    else:
+        module_name, sep, func_name = spec.partition(":")
+        if not sep or not module_name or not func_name or module_name == "pickle":
+            raise ValueError(
+                "--setup must look like 'package.module:function' "
+                f"(or {SETUP_FROM_STDIN!r} to read a pickle from stdin), got {spec!r}"
+            )
+        func = getattr(importlib.import_module(module_name), func_name)
     if not callable(func):
         raise TypeError(f"--setup {spec!r} is not callable")
     return func
@@ -161,6 +168,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the worker command line (``datafusion-distributed-worker``); returns the exit code."""
     parser = argparse.ArgumentParser(
         prog="datafusion-distributed-worker", description="Run a datafusion-distributed worker."
     )
@@ -175,12 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         help="log level of the worker (default WARNING)",
     )
     parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--report-version",
-        metavar="VERSION",
-        help="testing only: report VERSION instead of this package's, to exercise the "
-        "coordinator's version check",
-    )
+    # Testing only, so out of --help: report VERSION instead of this package's, to exercise
+    # the coordinator's version check.
+    parser.add_argument("--report-version", metavar="VERSION", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     logging.basicConfig(

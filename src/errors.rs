@@ -1,23 +1,7 @@
-//! Python exceptions raised by the Rust core.
+//! Failures that name a worker, kept typed from where they happen to where Python sees them.
 use std::fmt;
 
 use datafusion::error::DataFusionError;
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
-use pyo3::PyErr;
-
-create_exception!(
-    _internal,
-    DistributedError,
-    PyException,
-    "A distributed query could not be planned or executed."
-);
-create_exception!(
-    _internal,
-    WorkerError,
-    DistributedError,
-    "A worker could not be reached, failed, or is incompatible."
-);
 
 /// A failure that names a worker: surfaces in Python as `WorkerError`.
 #[derive(Debug)]
@@ -35,18 +19,68 @@ pub fn worker_failure(msg: String) -> DataFusionError {
     DataFusionError::External(Box::new(WorkerFailure(msg)))
 }
 
-/// Whether `err` is, at its root, a failure that names a worker.
-pub fn is_worker_failure(err: &DataFusionError) -> bool {
-    matches!(err.find_root(), DataFusionError::External(e) if e.is::<WorkerFailure>())
+/// The worker failure at the root of `err`, if that is what it is.
+pub fn as_worker_failure(err: &DataFusionError) -> Option<&WorkerFailure> {
+    match err.find_root() {
+        DataFusionError::External(e) => e.downcast_ref::<WorkerFailure>(),
+        _ => None,
+    }
 }
 
-/// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
-pub fn to_py_err(err: DataFusionError) -> PyErr {
+/// Whether `err` is, at its root, a failure that names a worker.
+pub fn is_worker_failure(err: &DataFusionError) -> bool {
+    as_worker_failure(err).is_some()
+}
+
+/// Whether `err` is, at its root, a worker refusing our credentials (token).
+pub fn is_rejected_credentials(err: &DataFusionError) -> bool {
     match err.find_root() {
-        // The failure's own words, without DataFusion's "External error: " prefix.
-        DataFusionError::External(e) if e.is::<WorkerFailure>() => {
-            WorkerError::new_err(e.to_string())
-        }
-        _ => DistributedError::new_err(err.to_string()),
+        DataFusionError::External(e) => e
+            .downcast_ref::<tonic::Status>()
+            .is_some_and(|s| s.code() == tonic::Code::Unauthenticated),
+        _ => false,
+    }
+}
+
+/// `err`, coming from the worker shown as `worker`, as a failure naming it (once).
+pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
+    if is_worker_failure(&err) {
+        return err;
+    }
+    if is_rejected_credentials(&err) {
+        return worker_failure(format!(
+            "worker {worker} rejected this coordinator's credentials (a missing or wrong \
+             token): give this DistributedContext the cluster's Security"
+        ));
+    }
+    worker_failure(format!("worker {worker} failed: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_worker_failures_are_found() {
+        let err = worker_failure("worker http://h:1 died".into());
+        let wrapped = DataFusionError::Context("running stage".into(), Box::new(err));
+        assert_eq!(
+            as_worker_failure(&wrapped).map(|f| f.0.as_str()),
+            Some("worker http://h:1 died")
+        );
+        assert!(!is_worker_failure(&DataFusionError::Plan("no".into())));
+    }
+
+    #[test]
+    fn a_refused_token_reads_as_such_and_never_twice_named() {
+        let refused = DataFusionError::External(Box::new(tonic::Status::unauthenticated("no")));
+        assert!(is_rejected_credentials(&refused));
+        let named = name_worker("http://h:1", refused);
+        let text = as_worker_failure(&named).unwrap().to_string();
+        assert!(text.starts_with("worker http://h:1 rejected this coordinator's credentials"));
+        let again = name_worker("http://h:1", named);
+        assert_eq!(as_worker_failure(&again).unwrap().to_string(), text);
+        let other = DataFusionError::External(Box::new(tonic::Status::internal("boom")));
+        assert!(!is_rejected_credentials(&other));
     }
 }

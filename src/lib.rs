@@ -1,49 +1,33 @@
 //! Rust core of datafusion-distributed-py: the Python layer owns ergonomics, this owns work.
+//!
+//! The tree reads as the architecture:
+//! * [`python`]: the PyO3 classes and exceptions `_internal` exports; nothing else touches Python
+//!   objects except the callbacks it hands down (resolver, progress).
+//! * [`coordinator`]: runs in the user's process: plans a query for the current workers, sends
+//!   its tasks, and hands the result back to datafusion-python as a table.
+//! * [`worker`]: runs in worker processes (and in the embedded cluster): serves tasks.
+//! * [`protocol`]: how the two reach each other: gRPC channels, in-process channels, worker URLs.
+//! * [`codec`]: how plans travel: fragment and session codecs, in-memory tables.
+//! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
+//! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
+//! * [`security`]: who may talk to a worker: token and TLS.
 use pyo3::prelude::*;
 
-mod capsule;
-mod channels;
 mod codec;
-mod cooperative;
 mod coordinator;
-mod embedded;
 mod errors;
-mod generate_series;
-mod memory_tables;
 mod object_stores;
-mod resolver;
-mod root;
+mod plan_rewrites;
+mod protocol;
+mod python;
 mod runtime;
-mod table;
-mod task_cache;
-mod tracking;
+mod security;
 mod worker;
 
 /// Our package version; workers report it and the coordinator compares it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The DataFusion major version this library was built against.
-fn datafusion_major() -> u64 {
-    datafusion_ffi::version()
-}
-
 #[pymodule]
 fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Our logs go to Python's `logging` (logger names `_internal.*`); DataFusion's own debug
-    // logs stay out, so hot paths never take the GIL to ask whether to log.
-    let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?
-        .filter(log::LevelFilter::Warn)
-        .filter_target("_internal".to_string(), log::LevelFilter::Debug)
-        .install();
-    m.add("__version__", VERSION)?;
-    m.add("DATAFUSION_MAJOR", datafusion_major())?;
-    m.add(
-        "DistributedError",
-        m.py().get_type::<errors::DistributedError>(),
-    )?;
-    m.add("WorkerError", m.py().get_type::<errors::WorkerError>())?;
-    m.add_class::<coordinator::Coordinator>()?;
-    m.add_class::<table::DistributedPlan>()?;
-    m.add_class::<worker::WorkerServer>()?;
-    Ok(())
+    python::register(m)
 }

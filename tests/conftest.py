@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from datafusion import SessionContext
 from datafusion_distributed_py import DistributedConfig, DistributedContext, tpch
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
-__all__ = ["assert_same_rows", "cli_worker", "is_distributed", "start_cli_worker"]
+__all__ = ["assert_same_rows", "cli_worker", "free_ports", "is_distributed", "start_cli_worker"]
 
 TPCH_SF = 0.01
 TPCH_PARTS = 3
@@ -60,3 +61,15 @@ def cli_worker(*args: str, **popen: Any) -> Iterator[tuple[subprocess.Popen[str]
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports of 127.0.0.1 that nothing listens on (at the time of asking)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

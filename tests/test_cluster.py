@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -20,6 +21,7 @@ from conftest import (
     SPLIT_CONFIG,
     assert_same_rows,
     cli_worker,
+    free_ports,
     is_distributed,
     start_cli_worker,
 )
@@ -95,9 +97,14 @@ def test_workers_in_this_process_serve_queries(ctx):
 
 
 def test_local_cluster_runs_setup_in_each_worker(tmp_path, monkeypatch):
-    """``setup`` runs in every worker process: a closure (cloudpickled) or "module:function"."""
+    """``setup`` runs in every worker process: a closure (cloudpickled, sent through the
+    workers' stdin: no pickle is on disk at any time) or "module:function". The temporary
+    directory of the logs is gone after close()."""
     marks = tmp_path / "marks"
     marks.mkdir()
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where LocalCluster makes its log_dir
 
     def setup(worker_ctx: SessionContext) -> None:
         assert isinstance(worker_ctx, SessionContext)
@@ -113,11 +120,17 @@ def test_local_cluster_runs_setup_in_each_worker(tmp_path, monkeypatch):
         with LocalCluster(2, setup=spec) as c:
             pids = {p.pid for p in c.processes}
             assert {f"{kind}-{pid}" for pid in pids} <= {m.name for m in marks.iterdir()}
+            assert c.log_dir.parent == temp
+            assert sorted(f.name for f in c.log_dir.iterdir()) == ["worker-0.log", "worker-1.log"]
+            assert not list(tmp_path.rglob("*.pickle"))
+        assert not c.log_dir.exists()
+    assert not list(temp.iterdir())
 
 
 def test_bad_setup_fails_cluster_start_with_the_log(tmp_path):
     with pytest.raises(WorkerError, match="no_such_module"):
         LocalCluster(1, setup="no_such_module:setup", log_dir=tmp_path)
+    assert "no_such_module" in (tmp_path / "worker-0.log").read_text(), "a given log_dir stays"
 
 
 def test_down_worker_is_named_quickly(ctx):
@@ -278,7 +291,13 @@ def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
         time.sleep(600)
     """)
     )
-    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    # A SIGKILLed owner cannot remove its cluster's temporary directory: keep it in tmp_path.
+    owner = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     pids = [int(p) for p in owner.stdout.readline().split()]
     assert len(pids) == 2
     owner.kill()
@@ -363,7 +382,7 @@ def test_cli_worker_of_another_version_is_refused(ctx):
 
 def test_worker_restarted_at_the_same_url_is_used_again():
     """Channels to a worker are cached across queries: they must survive its restart."""
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     ctx = SessionContext()
     ctx.from_pydict({"a": list(range(100))}, name="t")
     dctx = DistributedContext(ctx, workers=[f"http://127.0.0.1:{port}"])
@@ -387,6 +406,8 @@ def test_console_script_help():
     ).stdout
     for flag in ("--host", "--port", "--setup", "--log-level"):
         assert flag in out
+    for testing_only in ("--report-version", "--parent-pid"):
+        assert testing_only not in out
 
 
 def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
@@ -397,7 +418,7 @@ def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
             stdout=subprocess.PIPE,
             text=True,
         )
-        for port in _free_ports(2)
+        for port in free_ports(2)
     ]
     try:
         ports = [w.stdout.readline().strip().rsplit(":", 1)[1] for w in workers]
@@ -428,15 +449,3 @@ def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
-
-
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports

@@ -74,10 +74,15 @@ def test_sql_error_keeps_datafusion_message(dctx):
 def test_pyarrow_dataset_table_is_refused_with_its_name(tmp_path):
     ctx = SessionContext()
     ctx.register_dataset("pads", ds.dataset(pa.table({"a": [1, 2, 3]})))
+    ctx.from_pydict({"a": [1, 2]}, name="other_t")
     dctx = DistributedContext(ctx)
-    with pytest.raises(UnsupportedTableError, match="pads"):
+    with pytest.raises(UnsupportedTableError, match="(?s)pads.*pyarrow dataset"):
         dctx.sql("SELECT sum(a) FROM pads")
     assert issubclass(UnsupportedTableError, DistributedError)
+    # Only the table that cannot travel is named, also when a subquery reads it.
+    with pytest.raises(UnsupportedTableError, match="pads") as e:
+        dctx.sql("SELECT a FROM other_t WHERE a IN (SELECT a FROM pads)")
+    assert "other_t" not in str(e.value).split("Cause:")[0]
 
 
 def test_version_mismatch_message():

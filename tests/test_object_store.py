@@ -4,7 +4,6 @@ datafusion users do it: workers (embedded and processes) read it too."""
 from __future__ import annotations
 
 import io
-import socket
 from typing import Any
 
 import boto3
@@ -12,10 +11,23 @@ import datafusion
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_same_rows, is_distributed
+from conftest import assert_same_rows, free_ports, is_distributed
 from datafusion import SessionContext
+from datafusion.object_store import (
+    AmazonS3,
+    GoogleCloud,
+    Http,
+    LocalFileSystem,
+    MicrosoftAzure,
+)
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    UnsupportedTableError,
+    object_stores,
+)
 
 SECRET = "s3cr3t-do-not-print"
 BUCKET = "bucket"
@@ -23,17 +35,11 @@ TINY = DistributedConfig(file_scan_config_bytes_per_partition=64)
 SQL = "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint():
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    (port,) = free_ports(1)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -102,20 +108,65 @@ def test_credentials_stay_out_of_worker_logs(s3_endpoint, cluster):
         assert SECRET not in log.read_text()
 
 
-def test_store_created_before_import_fails_clearly(s3_endpoint, monkeypatch):
+def test_store_created_before_import_fails_clearly(s3_endpoint):
     """A store whose settings were not recorded gives a clear error when a query reads it."""
-    from datafusion_distributed_py import object_stores
-
     ctx = s3_ctx(s3_endpoint)
-    # Forget what was recorded, as if the store had been built before our import.
-    monkeypatch.setattr(object_stores, "_stores", {})
-    monkeypatch.setattr(object_stores, "_sessions", {})
+    # A store of the original class, as if it had been built before our import.
     store_cls = datafusion.object_store.AmazonS3.__wrapped_store_class__
     ctx.register_object_store(
         "s3://", store_cls(bucket_name=BUCKET, endpoint=s3_endpoint, allow_http=True), BUCKET
     )
+    assert object_stores.stores_of(ctx) == [(f"s3://{BUCKET}", "unknown", {})]
     with pytest.raises(Exception, match="imported"):
         DistributedContext(ctx, config=TINY).sql(SQL).collect()
+
+
+def test_store_classes_stay_classes(s3_endpoint):
+    """The recording classes are real classes: ``isinstance`` works, also for a store built
+    from the original class, and their stores register like datafusion's own."""
+    for cls in (AmazonS3, GoogleCloud, Http, LocalFileSystem, MicrosoftAzure):
+        assert isinstance(cls, type), cls
+        assert (cls.__module__, cls.__qualname__) == ("datafusion.object_store", cls.__name__)
+        assert issubclass(cls, cls.__wrapped_store_class__)
+    store = s3_store(s3_endpoint)
+    assert isinstance(store, AmazonS3)
+    assert isinstance(AmazonS3.__wrapped_store_class__(bucket_name=BUCKET), AmazonS3)
+    assert not isinstance(store, LocalFileSystem)
+    local = LocalFileSystem(prefix="/")
+    assert isinstance(local, LocalFileSystem) and not isinstance(local, AmazonS3)
+    ctx = SessionContext()
+    ctx.register_object_store("s3://", store, BUCKET)
+    ctx.register_object_store("file://", local)
+    assert object_stores.stores_of(ctx) == [
+        (
+            f"s3://{BUCKET}",
+            "s3",
+            {
+                "aws_bucket": BUCKET,
+                "aws_endpoint": s3_endpoint,
+                "aws_allow_http": "true",
+                "aws_access_key_id": "key",
+                "aws_secret_access_key": SECRET,
+                "aws_region": "us-east-1",
+            },
+        ),
+        ("file://", "local", {"prefix": "/"}),
+    ]
+
+
+def test_deregistered_store_is_forgotten(s3_endpoint):
+    """After ``deregister_object_store`` the store is no longer sent to workers: a query that
+    reads it fails as it does single-node."""
+    ctx = s3_ctx(s3_endpoint)
+    DistributedContext(ctx, config=TINY).sql(SQL).collect()
+    assert [url for url, _, _ in object_stores.stores_of(ctx)] == [f"s3://{BUCKET}"]
+    ctx.deregister_object_store("s3://", BUCKET)
+    assert object_stores.stores_of(ctx) == []
+    with pytest.raises(Exception, match=f"object store.*s3://{BUCKET}"):
+        ctx.sql(SQL).collect()
+    with pytest.raises(Exception, match=f"object store.*s3://{BUCKET}") as distributed:
+        DistributedContext(ctx, config=TINY).sql(SQL).collect()
+    assert not isinstance(distributed.value, UnsupportedTableError)
 
 
 def test_worker_setup_supplies_its_own_object_store(s3_endpoint):

@@ -30,7 +30,7 @@ def query(n: int) -> str:
     """The SQL text of TPC-H query ``n`` (1..22)."""
     if n not in QUERIES:
         raise ValueError(f"TPC-H has queries 1..22, not {n}")
-    return resources.files(__package__).joinpath("queries", f"q{n}.sql").read_text()
+    return (resources.files(__package__) / "queries" / f"q{n}.sql").read_text()
 
 
 def _tpchgen() -> str:

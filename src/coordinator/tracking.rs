@@ -1,7 +1,7 @@
-//! Where each task ran: a `ChannelResolver` wrapper that records every task the coordinator
-//! sends (stage, task, worker URL) and names the worker in errors coming back from it.
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+//! A `ChannelResolver` wrapper the coordinator sends tasks through: it encodes each stage's
+//! fragment with our fragment codec, records every task in the `TaskLog`, and names the worker
+//! in any error coming back from it.
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -12,141 +12,17 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
-    GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, TaskMetrics, WorkerChannel,
-    WorkerToCoordinatorMsg,
+    GetWorkerInfoResponse, MaybeEncoded, SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
 };
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderMap;
-use pyo3::prelude::*;
 use url::Url;
 
+use super::task_log::{TaskLog, TaskRecord};
 use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
-use crate::errors::{is_worker_failure, worker_failure};
-use crate::resolver::display_url;
-
-/// One task of one stage: where it ran and, once it finished, what it did.
-#[derive(Clone, Debug)]
-pub struct TaskRecord {
-    pub stage: usize,
-    pub task: usize,
-    pub task_count: usize,
-    pub url: Url,
-    pub sent_at: Instant,
-    pub finished_at: Option<Instant>,
-    pub output_rows: Option<usize>,
-    pub output_bytes: Option<usize>,
-    pub elapsed_compute_ns: Option<usize>,
-}
-
-/// The tasks of one run of a query, in the order they were sent, and an optional Python
-/// progress callback `(stage, done, total, worker_url)`.
-#[derive(Default)]
-pub struct TaskLog {
-    records: Mutex<Vec<TaskRecord>>,
-    progress: Option<Py<PyAny>>,
-    /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
-    /// with the GIL held (tasks report from runtime threads), so it cannot deadlock with it.
-    reporting: Mutex<()>,
-}
-
-impl std::fmt::Debug for TaskLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskLog").finish_non_exhaustive()
-    }
-}
-
-impl TaskLog {
-    pub fn with_progress(progress: Option<Py<PyAny>>) -> Self {
-        Self {
-            records: Mutex::default(),
-            progress,
-            reporting: Mutex::default(),
-        }
-    }
-
-    pub fn records(&self) -> Vec<TaskRecord> {
-        self.records.lock().expect("poisoned").clone()
-    }
-
-    fn sent(&self, record: TaskRecord) {
-        let (stage, total, url) = (record.stage, record.task_count, record.url.clone());
-        let _in_order = self.reporting.lock().expect("poisoned");
-        let done = {
-            let mut records = self.records.lock().expect("poisoned");
-            records.push(record);
-            count_done(&records, stage)
-        };
-        self.report(stage, done, total, &url);
-    }
-
-    fn finished(&self, stage: usize, task: usize, metrics: &TaskMetrics) {
-        let _in_order = self.reporting.lock().expect("poisoned");
-        let reported = {
-            let mut records = self.records.lock().expect("poisoned");
-            let Some(r) = records
-                .iter_mut()
-                .find(|r| r.stage == stage && r.task == task && r.finished_at.is_none())
-            else {
-                return;
-            };
-            let root = metrics.pre_order_plan_metrics.first();
-            r.finished_at = Some(Instant::now());
-            r.output_rows = root.and_then(|m| m.output_rows());
-            r.output_bytes = root.map(|m| {
-                m.iter()
-                    .filter(|x| x.value().name() == "output_bytes")
-                    .map(|x| x.value().as_usize())
-                    .sum()
-            });
-            r.elapsed_compute_ns = Some(
-                metrics
-                    .pre_order_plan_metrics
-                    .iter()
-                    .filter_map(|m| m.elapsed_compute())
-                    .sum(),
-            );
-            let (total, url) = (r.task_count, r.url.clone());
-            (count_done(&records, stage), total, url)
-        };
-        self.report(stage, reported.0, reported.1, &reported.2);
-    }
-
-    fn report(&self, stage: usize, done: usize, total: usize, url: &Url) {
-        if let Some(callback) = &self.progress {
-            Python::attach(|py| {
-                if let Err(e) = callback.call1(py, (stage, done, total, display_url(url))) {
-                    log::warn!("progress callback failed: {e}");
-                }
-            });
-        }
-    }
-
-    /// `Stage N: t0=url, t1=url` lines, stages in order.
-    pub fn render(&self) -> String {
-        let mut by_stage: BTreeMap<usize, Vec<TaskRecord>> = BTreeMap::new();
-        for r in self.records() {
-            by_stage.entry(r.stage).or_default().push(r);
-        }
-        let mut out = String::new();
-        for (stage, mut tasks) in by_stage {
-            tasks.sort_by_key(|r| r.task);
-            let list: Vec<String> = tasks
-                .iter()
-                .map(|r| format!("t{}={}", r.task, display_url(&r.url)))
-                .collect();
-            out.push_str(&format!("Stage {stage}: {}\n", list.join(", ")));
-        }
-        out
-    }
-}
-
-fn count_done(records: &[TaskRecord], stage: usize) -> usize {
-    records
-        .iter()
-        .filter(|r| r.stage == stage && r.finished_at.is_some())
-        .count()
-}
+use crate::errors;
+use crate::protocol::display_url;
 
 /// How a plan fragment reaches a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,10 +69,7 @@ struct TrackingChannel {
 
 /// Wraps an error from a worker so that the message names it (once).
 fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
-    if is_worker_failure(&e) {
-        return e;
-    }
-    worker_failure(format!("worker {} failed: {e}", display_url(url)))
+    errors::name_worker(display_url(url), e)
 }
 
 impl TrackingChannel {

@@ -1,9 +1,15 @@
 //! Reading and writing the PyCapsules of DataFusion's FFI.
 use std::ffi::CString;
+use std::sync::Arc;
+
+use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods};
+
+use crate::codec::SessionCodec;
 
 /// Copies the FFI struct out of a capsule named `name`, checking the name so a wrong object
 /// gives a TypeError instead of undefined behaviour. `obj` may be the capsule itself or an
@@ -38,4 +44,16 @@ pub fn export<'py, T: 'static + Send>(
         value,
         Some(CString::new(name).expect("static capsule name")),
     )
+}
+
+/// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`
+/// or the capsule itself), wrapped in our [`SessionCodec`].
+pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
+    let ffi: FFI_PhysicalExtensionCodec = import(
+        obj,
+        "__datafusion_physical_extension_codec__",
+        "datafusion_physical_extension_codec",
+    )?;
+    let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
+    Ok(SessionCodec::new(foreign))
 }

@@ -1,8 +1,9 @@
 //! gRPC channels to worker processes, one per URL and reused across queries.
 //!
-//! The crate's default channels have no keep-alive: a worker that stops answering without
-//! closing its socket (frozen, SIGSTOPped, cut off by the network) would hang the query forever.
-//! Ours ping over HTTP/2 and fail the query's streams when the pings go unanswered.
+//! The crate's default channels have no keep-alive, no token and no TLS. Ours ping over HTTP/2
+//! (a worker that stops answering without closing its socket — frozen, SIGSTOPped, cut off by
+//! the network — fails the query instead of hanging it), send the [`Security`] token on every
+//! request, and speak TLS to `https://` workers.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,8 +15,9 @@ use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
+use super::urls::display_url;
 use crate::errors::worker_failure;
-use crate::resolver::display_url;
+use crate::security::Security;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A ping every 5 s, answered within 20 s: a silent worker fails its queries within 25 s,
@@ -26,9 +28,17 @@ pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Clone, Default)]
 pub struct WorkerChannels {
     open: Arc<Mutex<HashMap<Url, Channel>>>,
+    security: Arc<Security>,
 }
 
 impl WorkerChannels {
+    pub fn new(security: Security) -> Self {
+        Self {
+            open: Arc::default(),
+            security: Arc::new(security),
+        }
+    }
+
     async fn channel(&self, url: &Url) -> Result<Channel> {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
             return Ok(channel.clone());
@@ -40,16 +50,36 @@ impl WorkerChannels {
                 with_causes(&e)
             ))
         };
-        let channel = Endpoint::from_shared(url.to_string())
+        #[allow(unused_mut)]
+        let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(unreachable)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .connect()
-            .await
-            .map_err(unreachable)?;
+            .keep_alive_while_idle(true);
+        if url.scheme() == "https" {
+            #[cfg(feature = "tls")]
+            {
+                let tls = self.security.tls.clone().unwrap_or_default();
+                endpoint = endpoint
+                    .tls_config(tls.client_config())
+                    .map_err(unreachable)?;
+            }
+            #[cfg(not(feature = "tls"))]
+            return Err(worker_failure(format!(
+                "worker {}: this build of datafusion-distributed-py has no TLS support",
+                display_url(url)
+            )));
+        } else if self.security.tls.is_some() {
+            return Err(worker_failure(format!(
+                "worker {} is addressed with http://, but this side is configured for TLS: \
+                 use https://{}",
+                display_url(url),
+                display_url(url).trim_start_matches("http://")
+            )));
+        }
+        let channel = endpoint.connect().await.map_err(unreachable)?;
         // A channel reconnects by itself after a failure, so it is kept even then.
         let mut open = self.open.lock().expect("poisoned");
         Ok(open.entry(url.clone()).or_insert(channel).clone())
@@ -60,7 +90,23 @@ impl WorkerChannels {
 impl ChannelResolver for WorkerChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
         let channel = self.channel(url).await?;
-        Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
+        let service = match &self.security.token {
+            None => BoxCloneSyncChannel::new(channel),
+            Some(token) => {
+                let header = token.header();
+                BoxCloneSyncChannel::new(
+                    tower::ServiceBuilder::new()
+                        .map_request(move |mut request: http::Request<tonic::body::Body>| {
+                            request
+                                .headers_mut()
+                                .insert(http::header::AUTHORIZATION, header.clone());
+                            request
+                        })
+                        .service(channel),
+                )
+            }
+        };
+        Ok(create_worker_client(service))
     }
 }
 

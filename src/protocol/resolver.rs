@@ -4,6 +4,8 @@ use datafusion_distributed::WorkerResolver;
 use pyo3::prelude::*;
 use url::Url;
 
+use super::urls::parse_worker_url;
+
 pub enum Workers {
     Static(Vec<Url>),
     /// A Python callable returning a list of URL strings.
@@ -31,39 +33,6 @@ impl Workers {
             }),
         }
     }
-}
-
-/// A worker address: `http(s)://host[:port]`, like `http://10.0.0.5:50051`.
-pub fn parse_worker_url(raw: &str) -> std::result::Result<Url, String> {
-    let bad = |why: String| format!("bad worker URL {raw:?}: {why} (expected http://host:port)");
-    let no_scheme = || match raw.contains(char::is_whitespace) {
-        true => bad("not a URL".into()),
-        false => bad(format!("no scheme; did you mean \"http://{raw}\"?")),
-    };
-    let url = match Url::parse(raw) {
-        Ok(url) if url.cannot_be_a_base() && !raw.contains("://") => return Err(no_scheme()),
-        Ok(url) => url,
-        Err(url::ParseError::RelativeUrlWithoutBase) => return Err(no_scheme()),
-        Err(e) => return Err(bad(e.to_string())),
-    };
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad(format!(
-            "scheme {:?} is not http or https",
-            url.scheme()
-        )));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("it has no host".into()));
-    }
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-        return Err(bad("workers are addressed by host and port only".into()));
-    }
-    Ok(url)
-}
-
-/// `url` as users write it: `http://host:port`, without the `/` path `Url` adds.
-pub fn display_url(url: &Url) -> &str {
-    url.as_str().strip_suffix('/').unwrap_or(url.as_str())
 }
 
 /// Resolver handed to the distributed planner: a snapshot of the URLs taken at planning time,

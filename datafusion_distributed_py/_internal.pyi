@@ -1,0 +1,110 @@
+"""Types of the Rust core (``src/``), which maturin builds into this module.
+
+Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the two
+exceptions and the three classes, with the signatures of their ``#[pymethods]``.
+"""
+
+import os
+from collections.abc import Callable, Sequence
+from typing import final
+
+from datafusion_distributed_py.context import MetricsRecord
+from datafusion_distributed_py.security import CoreSecurity
+
+#: ``(url, kind, options)`` of an object store, as ``object_stores.stores_of`` describes it.
+_StoreSpec = tuple[str, str, dict[str, str]]
+
+#: This package's version; workers report it and the coordinator compares it.
+__version__: str
+#: The DataFusion major version the Rust crates were built against.
+DATAFUSION_MAJOR: int
+
+class DistributedError(Exception):
+    """A distributed query could not be planned or executed."""
+
+class WorkerError(DistributedError):
+    """A worker could not be reached, failed, or is incompatible."""
+
+@final
+class Coordinator:
+    """Plans distributed queries over a set of workers (embedded or remote)."""
+
+    @staticmethod
+    def embedded(n_workers: int) -> Coordinator:
+        """A coordinator over ``n_workers`` workers in this process."""
+
+    @staticmethod
+    def remote(
+        workers: Sequence[str] | Callable[[], Sequence[str]],
+        security: CoreSecurity | None = None,
+    ) -> Coordinator:
+        """A coordinator over remote workers: URLs, or a callable returning them;
+        ``security`` is ``Security._to_core()`` (token, TLS) or None."""
+
+    def worker_urls(self) -> list[str]:
+        """The worker URLs a query planned now would use."""
+
+    def distribute(
+        self,
+        plan_bytes: bytes,
+        codec: object,
+        options: dict[str, str],
+        stores: Sequence[_StoreSpec] = ...,
+        progress: Callable[[int, int, int, str], None] | None = None,
+    ) -> DistributedPlan:
+        """Distributes a physical plan serialised by datafusion-python.
+
+        ``codec`` is the session (or its physical extension codec capsule); ``options`` are
+        ``datafusion.*`` and ``distributed.*`` settings; ``progress`` is called with
+        ``(stage, done, total, worker_url)``.
+        """
+
+@final
+class DistributedPlan:
+    """A distributed physical plan, ready to run; a table provider for datafusion-python."""
+
+    @property
+    def is_distributed(self) -> bool:
+        """True when the planner split the query into stages joined by network boundaries."""
+
+    def display(self, format: str = "text", analyze: bool = False) -> str:
+        """The plan as ``"text"`` or ``"graphviz"``; with ``analyze``, the latest run's."""
+
+    def task_metrics(self) -> list[MetricsRecord]:
+        """Per-task records of the latest run, once every worker has reported."""
+
+    def __datafusion_table_provider__(self, session: object) -> object:
+        """The FFI table-provider capsule (``ctx.read_table(plan)``)."""
+
+@final
+class WorkerServer:
+    """A gRPC server running the tasks of distributed plans."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        codec: object,
+        version: str,
+        stores: Sequence[_StoreSpec] = ...,
+        security: CoreSecurity | None = None,
+        refuse_pickled_code: bool = False,
+        memory_limit: int | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``codec`` is the worker's session (or its physical extension codec capsule);
+        ``stores`` the object stores its setup registered; ``security`` is
+        ``Security._to_core()`` or None; with ``refuse_pickled_code`` only functions the
+        setup registered run; ``memory_limit`` (bytes) and ``spill_dir`` bound memory."""
+
+    def start(self) -> int:
+        """Binds the port and serves in the background; returns the bound port."""
+
+    @property
+    def port(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    def stop(self, drain_seconds: float = 5.0) -> None:
+        """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""

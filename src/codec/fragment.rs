@@ -1,0 +1,120 @@
+//! How plan fragments are encoded for workers.
+//!
+//! datafusion-distributed encodes with `Composed[DistributedCodec, user codecs...]`, and a
+//! Composed codec gives a function to the first codec that accepts it. `DistributedCodec`
+//! accepts every function (by name, writing nothing), so a Python UDF would never reach the
+//! session's own codec, which inlines it as a cloudpickle payload, and a worker could only
+//! look it up by name and fail. We encode with a codec that is wire-compatible position by
+//! position — `DistributedNodes` (the same node encodings as `DistributedCodec`) at 0 and the
+//! session codec at 1 — but whose position 0 leaves every function that is not built into
+//! DataFusion to the session codec. Workers decode with the crate's own chain.
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock};
+
+use datafusion::common::{not_impl_err, Result};
+use datafusion::execution::{SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::DistributedCodec;
+use datafusion_proto::bytes::{
+    physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
+};
+use datafusion_proto::physical_plan::{
+    ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
+};
+
+/// Names of the functions every DataFusion session has: these travel by name.
+static BUILTIN_FUNCTIONS: LazyLock<HashSet<String>> = LazyLock::new(|| {
+    let state = SessionStateBuilder::new().with_default_features().build();
+    let mut names = HashSet::new();
+    names.extend(state.scalar_functions().keys().cloned());
+    names.extend(state.aggregate_functions().keys().cloned());
+    names.extend(state.window_functions().keys().cloned());
+    names
+});
+
+#[derive(Debug)]
+struct DistributedNodes;
+
+impl DistributedNodes {
+    fn by_name(name: &str) -> Result<()> {
+        match BUILTIN_FUNCTIONS.contains(name) {
+            true => Ok(()),
+            false => not_impl_err!("{name} is not built in: the session codec encodes it"),
+        }
+    }
+}
+
+impl PhysicalExtensionCodec for DistributedNodes {
+    forward_node_codec!(|_this| DistributedCodec);
+
+    fn try_encode_udf(&self, node: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        Self::by_name(node.name())
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        Self::by_name(node.name())
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        Self::by_name(node.name())
+    }
+}
+
+/// The codec chain for plan fragments: `Composed[DistributedNodes, session codec]`, plus window
+/// functions, which `ComposedPhysicalExtensionCodec` does not handle: they travel by name and
+/// are resolved by the session codec (the user's session registry), as datafusion-python
+/// itself does.
+#[derive(Debug)]
+pub struct FragmentCodec {
+    composed: ComposedPhysicalExtensionCodec,
+    session: Arc<dyn PhysicalExtensionCodec>,
+}
+
+pub fn fragment_codec(session: Arc<dyn PhysicalExtensionCodec>) -> FragmentCodec {
+    FragmentCodec {
+        composed: ComposedPhysicalExtensionCodec::new(vec![
+            Arc::new(DistributedNodes),
+            Arc::clone(&session),
+        ]),
+        session,
+    }
+}
+
+impl PhysicalExtensionCodec for FragmentCodec {
+    forward_node_codec!(|this| this.composed);
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.composed.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.composed.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.composed.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.composed.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, _buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.session.try_decode_udwf(name, &[])
+    }
+}
+
+pub fn encode_fragment(plan: Arc<dyn ExecutionPlan>, codec: &FragmentCodec) -> Result<Vec<u8>> {
+    let converter = DeduplicatingProtoConverter::default();
+    Ok(physical_plan_to_bytes_with_proto_converter(plan, codec, &converter)?.to_vec())
+}
+
+pub fn decode_fragment(
+    bytes: &[u8],
+    ctx: &TaskContext,
+    codec: &FragmentCodec,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let converter = DeduplicatingProtoConverter::default();
+    physical_plan_from_bytes_with_proto_converter(bytes, ctx, codec, &converter)
+}

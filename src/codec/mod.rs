@@ -1,0 +1,38 @@
+//! How plans travel: the codecs that encode plan fragments for workers (Python UDFs inline) and
+//! the handlers that split in-memory tables across tasks.
+/// The plan-node half of `PhysicalExtensionCodec` (`try_decode`, `try_encode`), forwarded to
+/// `$codec`, an expression of `$this` (the codec itself): our codecs differ only in how they
+/// treat functions, so their node methods are all the same forwarding.
+macro_rules! forward_node_codec {
+    (|$this:ident| $codec:expr) => {
+        fn try_decode(
+            &self,
+            buf: &[u8],
+            inputs: &[::std::sync::Arc<dyn ::datafusion::physical_plan::ExecutionPlan>],
+            ctx: &::datafusion::execution::TaskContext,
+            converter: &dyn ::datafusion_proto::physical_plan::PhysicalProtoConverterExtension,
+        ) -> ::datafusion::common::Result<
+            ::std::sync::Arc<dyn ::datafusion::physical_plan::ExecutionPlan>,
+        > {
+            let $this = self;
+            $codec.try_decode(buf, inputs, ctx, converter)
+        }
+
+        fn try_encode(
+            &self,
+            node: ::std::sync::Arc<dyn ::datafusion::physical_plan::ExecutionPlan>,
+            buf: &mut Vec<u8>,
+            converter: &dyn ::datafusion_proto::physical_plan::PhysicalProtoConverterExtension,
+        ) -> ::datafusion::common::Result<()> {
+            let $this = self;
+            $codec.try_encode(node, buf, converter)
+        }
+    };
+}
+
+mod fragment;
+pub mod memory_tables;
+mod session;
+
+pub use fragment::{decode_fragment, encode_fragment, fragment_codec, FragmentCodec};
+pub use session::SessionCodec;

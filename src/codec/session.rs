@@ -1,0 +1,187 @@
+//! The session's own codec, imported over FFI from datafusion-python, and what we add to it.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::config::{ConfigOptions, Extensions};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::logical_expr::{
+    AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, WindowUDF,
+};
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+
+/// The session's own codec (imported over FFI), wrapped for two reasons.
+///
+/// * A foreign scalar UDF receives the session's `ConfigOptions` over FFI as strings, and
+///   DataFusion 55's FFI sends extension entries (`distributed.*`) among the base options,
+///   which the receiving side cannot parse. The UDF never needs our extensions, so it gets the
+///   options without them.
+/// * A function decoded from a payload (a cloudpickled Python UDF) is re-encoded for workers
+///   with the very same payload: handing it back over FFI to be encoded again loses its
+///   Python identity for some kinds (window functions).
+///
+/// On a worker that refuses pickled code, a function that arrives with a payload is looked up
+/// by name among the worker's own functions (registered by its setup) instead, and refused
+/// when it has none of that name: the payload is never unpickled.
+#[derive(Debug)]
+pub struct SessionCodec {
+    inner: Arc<dyn PhysicalExtensionCodec>,
+    payloads: Mutex<HashMap<(&'static str, String), Vec<u8>>>,
+    refuse_pickled_code: bool,
+}
+
+impl SessionCodec {
+    pub fn new(inner: Arc<dyn PhysicalExtensionCodec>) -> Self {
+        Self {
+            inner,
+            payloads: Mutex::default(),
+            refuse_pickled_code: false,
+        }
+    }
+
+    /// This codec, never unpickling the code of a function (see the type's comment).
+    pub fn refusing_pickled_code(mut self) -> Self {
+        self.refuse_pickled_code = true;
+        self
+    }
+
+    /// Decodes a function of kind `kind` with `decode(payload)`, remembering its payload.
+    /// A payload this codec refuses is never decoded: the function is looked up by name
+    /// (`decode(&[])`: the worker's own functions), and refused naming it when there is none.
+    fn decode_function<T>(
+        &self,
+        kind: &'static str,
+        name: &str,
+        buf: &[u8],
+        decode: impl Fn(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        if self.refuse_pickled_code && !buf.is_empty() {
+            return decode(&[]).map_err(|_| {
+                DataFusionError::Execution(format!(
+                    "this worker refuses pickled Python code, and the query's {kind} {name:?} \
+                     carries some: register {name:?} in the worker's setup (it then runs the \
+                     worker's own function), or start the worker without --refuse-pickled-code"
+                ))
+            });
+        }
+        let decoded = decode(buf)?;
+        self.remember(kind, name, buf);
+        Ok(decoded)
+    }
+
+    fn remember(&self, kind: &'static str, name: &str, buf: &[u8]) {
+        if !buf.is_empty() {
+            let mut payloads = self.payloads.lock().expect("poisoned");
+            payloads.insert((kind, name.to_string()), buf.to_vec());
+        }
+    }
+
+    fn recall(&self, kind: &'static str, name: &str, buf: &mut Vec<u8>) -> bool {
+        let payloads = self.payloads.lock().expect("poisoned");
+        match payloads.get(&(kind, name.to_string())) {
+            Some(payload) => {
+                buf.extend_from_slice(payload);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl PhysicalExtensionCodec for SessionCodec {
+    forward_node_codec!(|this| this.inner);
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        let udf = self.decode_function("udf", name, buf, |b| self.inner.try_decode_udf(name, b))?;
+        Ok(Arc::new(ScalarUDF::new_from_impl(WithoutExtensions(udf))))
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        if self.recall("udf", node.name(), buf) {
+            return Ok(());
+        }
+        match node.inner().downcast_ref::<WithoutExtensions>() {
+            Some(wrapped) => self.inner.try_encode_udf(&wrapped.0, buf),
+            None => self.inner.try_encode_udf(node, buf),
+        }
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.decode_function("udaf", name, buf, |b| self.inner.try_decode_udaf(name, b))
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        match self.recall("udaf", node.name(), buf) {
+            true => Ok(()),
+            false => self.inner.try_encode_udaf(node, buf),
+        }
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        // Window functions come back by name (see `FragmentCodec`): use the payload seen.
+        let mut remembered = Vec::new();
+        let buf = match buf.is_empty() && self.recall("udwf", name, &mut remembered) {
+            true => remembered.as_slice(),
+            false => buf,
+        };
+        self.decode_function("udwf", name, buf, |b| self.inner.try_decode_udwf(name, b))
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        match self.recall("udwf", node.name(), buf) {
+            true => Ok(()),
+            false => self.inner.try_encode_udwf(node, buf),
+        }
+    }
+}
+
+fn without_extensions(options: &ConfigOptions) -> Arc<ConfigOptions> {
+    let mut options = options.clone();
+    options.extensions = Extensions::new();
+    Arc::new(options)
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WithoutExtensions(Arc<ScalarUDF>);
+
+impl ScalarUDFImpl for WithoutExtensions {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.0.aliases()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.0.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.0.return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        self.0.return_field_from_args(args)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.0.coerce_types(arg_types)
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        args.config_options = without_extensions(&args.config_options);
+        self.0.invoke_with_args(args)
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let updated = self
+            .0
+            .inner()
+            .with_updated_config(&without_extensions(config))?;
+        Some(ScalarUDF::new_from_impl(WithoutExtensions(Arc::new(
+            updated,
+        ))))
+    }
+}

@@ -1,0 +1,89 @@
+//! Cuts a physical plan into stages with datafusion-distributed's planner.
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{
+    DistributedExec, NetworkBoundary, NetworkCoalesceExec, SessionStateBuilderExt, Stage,
+};
+
+/// Runs datafusion-distributed's planner over an existing physical plan. The task context
+/// returned carries what the planner registered (routing handlers): execution needs it.
+///
+/// When the planner finds nothing worth splitting (small inputs, one worker), the plan would
+/// run in this process; the user asked for workers, so it becomes one stage run by a worker.
+pub async fn distribute_plan(
+    plan: Arc<dyn ExecutionPlan>,
+    state: SessionState,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+    let (distributed, task_ctx) = run_planner(Arc::clone(&plan), &state).await?;
+    if distributed.is::<DistributedExec>() {
+        return Ok((distributed, task_ctx));
+    }
+    Ok((single_remote_stage(plan)?, task_ctx))
+}
+
+/// `plan` as one stage of one task, gathered by the coordinator. datafusion-distributed's
+/// planner elides such a stage (it would run locally), so it is assembled here.
+fn single_remote_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let boundary = NetworkCoalesceExec::try_new(plan, 1, 1)?;
+    let Stage::Local(stage) = boundary.input_stage() else {
+        return Err(DataFusionError::Internal(
+            "new boundary without a local stage".into(),
+        ));
+    };
+    let mut stage = stage.clone();
+    stage.query_id = uuid::Uuid::new_v4();
+    stage.num = 1;
+    let boundary: Arc<dyn ExecutionPlan> = boundary.with_input_stage(Stage::Local(stage))?;
+    // The coordinator's head gathers the stage (and gives the renderer a node above it).
+    let head = Arc::new(CoalescePartitionsExec::new(boundary));
+    Ok(Arc::new(
+        DistributedExec::new(head).with_metrics_collection(true),
+    ))
+}
+
+/// datafusion-distributed's planner wraps the query planner a state has (so it must be set
+/// first): we give it one that returns our already-planned physical plan.
+async fn run_planner(
+    plan: Arc<dyn ExecutionPlan>,
+    base: &SessionState,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+    let state = SessionStateBuilder::new_from_existing(base.clone())
+        .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
+        .with_distributed_planner()
+        .build();
+    let empty = LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(DFSchema::empty()),
+    });
+    let plan = state
+        .query_planner()
+        .create_physical_plan(&empty, &state)
+        .await?;
+    Ok((plan, state.task_ctx()))
+}
+
+#[derive(Debug)]
+struct Precomputed(Mutex<Option<Arc<dyn ExecutionPlan>>>);
+
+#[async_trait]
+impl QueryPlanner for Precomputed {
+    async fn create_physical_plan(
+        &self,
+        _logical_plan: &LogicalPlan,
+        _session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.0
+            .lock()
+            .expect("poisoned")
+            .take()
+            .ok_or_else(|| DataFusionError::Internal("plan already distributed".into()))
+    }
+}

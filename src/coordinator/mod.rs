@@ -1,0 +1,16 @@
+//! The coordinator side: runs in the user's process. It plans a query for the current workers
+//! (`planner`), checks them first (`handshake`), cuts the plan into stages (`distribute`),
+//! records where each task goes (`task_log`, `tracking`), and hands the result back to
+//! datafusion-python as a table (`table`, `root`).
+mod distribute;
+mod handshake;
+mod planner;
+mod root;
+mod settings;
+mod table;
+mod task_log;
+mod tracking;
+
+pub use planner::{ClusterPlanner, PlanRequest};
+pub use table::DistributedTable;
+pub use task_log::TaskRecord;

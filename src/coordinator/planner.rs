@@ -1,0 +1,156 @@
+//! `ClusterPlanner`: plans a query serialised by datafusion-python for the current workers.
+//!
+//! The path of a query: datafusion-python plans it single-node and serialises the physical
+//! plan with its own codecs (Python UDFs and in-memory batches travel inline). We decode it
+//! here with those same codecs (imported over FFI), let datafusion-distributed split it into
+//! stages for the current worker set, and hand the result back as a table provider. Each run
+//! of the result plans again from the bytes: plan nodes (dynamic filters, join state) must
+//! not be executed twice, and the worker set may have changed.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_distributed::{ChannelResolver, DistributedExt};
+use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use pyo3::prelude::*;
+use url::Url;
+
+use super::distribute::distribute_plan;
+use super::handshake::check_workers;
+use super::settings::apply_options;
+use super::task_log::TaskLog;
+use super::tracking::{TrackingChannels, Transport};
+use crate::codec::{fragment_codec, memory_tables};
+use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
+use crate::plan_rewrites;
+use crate::protocol::{FixedResolver, WorkerChannels, Workers};
+use crate::security::Security;
+use crate::worker::EmbeddedCluster;
+use crate::VERSION;
+
+enum Cluster {
+    Embedded(EmbeddedCluster),
+    /// Worker processes reached over gRPC; the channels are kept across queries.
+    Remote(Workers, WorkerChannels),
+}
+
+/// What a query needs to be planned (again): datafusion-python's serialised physical plan,
+/// the session codec that can decode it, and the config entries to plan and run with.
+pub struct PlanRequest {
+    pub plan_bytes: Vec<u8>,
+    pub codec: Arc<dyn PhysicalExtensionCodec>,
+    pub options: HashMap<String, String>,
+    /// Object stores registered on the session, rebuilt on every runtime that reads data.
+    pub stores: Vec<StoreSpec>,
+    /// Called with `(stage, done, total, worker_url)` as tasks are sent and finish.
+    pub progress: Option<Py<PyAny>>,
+}
+
+/// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
+pub struct Planned {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub task_ctx: Arc<TaskContext>,
+    /// Filled while the plan runs: which worker ran which task.
+    pub log: Arc<TaskLog>,
+}
+
+pub struct ClusterPlanner {
+    cluster: Cluster,
+    runtime_env: Arc<RuntimeEnv>,
+}
+
+impl ClusterPlanner {
+    /// Over `n_workers` workers in this process, sharing this planner's runtime (and so its
+    /// object stores).
+    pub fn embedded(n_workers: usize) -> Self {
+        let runtime_env = Arc::new(RuntimeEnv::default());
+        let cluster = EmbeddedCluster::start(n_workers, Arc::clone(&runtime_env), VERSION);
+        Self {
+            cluster: Cluster::Embedded(cluster),
+            runtime_env,
+        }
+    }
+
+    /// Over worker processes reached by URL, with `security`'s token and TLS.
+    pub fn remote(workers: Workers, security: Security) -> Self {
+        Self {
+            cluster: Cluster::Remote(workers, WorkerChannels::new(security)),
+            runtime_env: Arc::new(RuntimeEnv::default()),
+        }
+    }
+
+    pub fn urls(&self) -> Result<Vec<Url>> {
+        match &self.cluster {
+            Cluster::Embedded(c) => Ok(c.urls.clone()),
+            Cluster::Remote(w, _) => w.urls(),
+        }
+    }
+
+    /// Resolves the workers, checks them, decodes the plan and distributes it.
+    pub async fn plan(&self, req: &PlanRequest) -> Result<Planned> {
+        let urls = self.urls()?;
+        let workers = urls.len();
+        if let Cluster::Remote(_, channels) = &self.cluster {
+            check_workers(channels, &urls).await?;
+        }
+        register_all(&self.runtime_env, &req.stores)?;
+        let progress = req
+            .progress
+            .as_ref()
+            .map(|p| Python::attach(|py| p.clone_ref(py)));
+        let log = Arc::new(TaskLog::with_progress(progress));
+        let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
+        if matches!(self.cluster, Cluster::Remote(..)) && !req.stores.is_empty() {
+            state
+                .config_mut()
+                .set_distributed_passthrough_headers(stores_to_headers(&req.stores))?;
+        }
+        let task_ctx = state.task_ctx();
+        let plan =
+            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
+        let (plan, task_ctx) = distribute_plan(plan_rewrites::prepare(plan)?, state).await?;
+        log::debug!("planned a distributed query over {workers} workers");
+        Ok(Planned {
+            plan,
+            task_ctx,
+            log,
+        })
+    }
+
+    fn session_state(
+        &self,
+        urls: Vec<Url>,
+        options: &HashMap<String, String>,
+        codec: Arc<dyn PhysicalExtensionCodec>,
+        log: &Arc<TaskLog>,
+    ) -> Result<SessionState> {
+        let mut cfg = SessionConfig::new();
+        cfg.set_distributed_worker_resolver(FixedResolver(urls));
+        let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
+        let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
+            Cluster::Embedded(c) => (Arc::new(c.channels.clone()), Transport::Embedded),
+            Cluster::Remote(_, channels) => (Arc::new(channels.clone()), Transport::Remote),
+        };
+        cfg.set_distributed_channel_resolver(TrackingChannels {
+            inner,
+            log: Arc::clone(log),
+            codec: fragments,
+            transport,
+        });
+        // The session codec also decodes what workers send back (e.g. partitioning).
+        cfg.set_distributed_user_codec_arc(codec);
+        cfg.set_distributed_desired_task_count_handler(memory_tables::desired_task_count);
+        cfg.set_distributed_scale_up_leaf_node_handler(memory_tables::scale_up);
+        apply_options(&mut cfg, options)?;
+        Ok(SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(cfg)
+            .with_runtime_env(Arc::clone(&self.runtime_env))
+            .build())
+    }
+}

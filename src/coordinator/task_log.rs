@@ -1,0 +1,134 @@
+//! `TaskLog`: where each task of one run went and what it did, feeding explain, metrics and
+//! progress callbacks.
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use datafusion_distributed::TaskMetrics;
+use pyo3::prelude::*;
+use url::Url;
+
+use crate::protocol::display_url;
+
+/// One task of one stage: where it ran and, once it finished, what it did.
+#[derive(Clone, Debug)]
+pub struct TaskRecord {
+    pub stage: usize,
+    pub task: usize,
+    pub task_count: usize,
+    pub url: Url,
+    pub sent_at: Instant,
+    pub finished_at: Option<Instant>,
+    pub output_rows: Option<usize>,
+    pub output_bytes: Option<usize>,
+    pub elapsed_compute_ns: Option<usize>,
+}
+
+/// The tasks of one run of a query, in the order they were sent, and an optional Python
+/// progress callback `(stage, done, total, worker_url)`.
+#[derive(Default)]
+pub struct TaskLog {
+    records: Mutex<Vec<TaskRecord>>,
+    progress: Option<Py<PyAny>>,
+    /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
+    /// with the GIL held (tasks report from runtime threads), so it cannot deadlock with it.
+    reporting: Mutex<()>,
+}
+
+impl std::fmt::Debug for TaskLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskLog").finish_non_exhaustive()
+    }
+}
+
+impl TaskLog {
+    pub fn with_progress(progress: Option<Py<PyAny>>) -> Self {
+        Self {
+            records: Mutex::default(),
+            progress,
+            reporting: Mutex::default(),
+        }
+    }
+
+    pub fn records(&self) -> Vec<TaskRecord> {
+        self.records.lock().expect("poisoned").clone()
+    }
+
+    pub fn sent(&self, record: TaskRecord) {
+        let (stage, total, url) = (record.stage, record.task_count, record.url.clone());
+        let _in_order = self.reporting.lock().expect("poisoned");
+        let done = {
+            let mut records = self.records.lock().expect("poisoned");
+            records.push(record);
+            count_done(&records, stage)
+        };
+        self.report(stage, done, total, &url);
+    }
+
+    pub fn finished(&self, stage: usize, task: usize, metrics: &TaskMetrics) {
+        let _in_order = self.reporting.lock().expect("poisoned");
+        let reported = {
+            let mut records = self.records.lock().expect("poisoned");
+            let Some(r) = records
+                .iter_mut()
+                .find(|r| r.stage == stage && r.task == task && r.finished_at.is_none())
+            else {
+                return;
+            };
+            let root = metrics.pre_order_plan_metrics.first();
+            r.finished_at = Some(Instant::now());
+            r.output_rows = root.and_then(|m| m.output_rows());
+            r.output_bytes = root.map(|m| {
+                m.iter()
+                    .filter(|x| x.value().name() == "output_bytes")
+                    .map(|x| x.value().as_usize())
+                    .sum()
+            });
+            r.elapsed_compute_ns = Some(
+                metrics
+                    .pre_order_plan_metrics
+                    .iter()
+                    .filter_map(|m| m.elapsed_compute())
+                    .sum(),
+            );
+            let (total, url) = (r.task_count, r.url.clone());
+            (count_done(&records, stage), total, url)
+        };
+        self.report(stage, reported.0, reported.1, &reported.2);
+    }
+
+    fn report(&self, stage: usize, done: usize, total: usize, url: &Url) {
+        if let Some(callback) = &self.progress {
+            Python::attach(|py| {
+                if let Err(e) = callback.call1(py, (stage, done, total, display_url(url))) {
+                    log::warn!("progress callback failed: {e}");
+                }
+            });
+        }
+    }
+
+    /// `Stage N: t0=url, t1=url` lines, stages in order.
+    pub fn render(&self) -> String {
+        let mut by_stage: BTreeMap<usize, Vec<TaskRecord>> = BTreeMap::new();
+        for r in self.records() {
+            by_stage.entry(r.stage).or_default().push(r);
+        }
+        let mut out = String::new();
+        for (stage, mut tasks) in by_stage {
+            tasks.sort_by_key(|r| r.task);
+            let list: Vec<String> = tasks
+                .iter()
+                .map(|r| format!("t{}={}", r.task, display_url(&r.url)))
+                .collect();
+            out.push_str(&format!("Stage {stage}: {}\n", list.join(", ")));
+        }
+        out
+    }
+}
+
+fn count_done(records: &[TaskRecord], stage: usize) -> usize {
+    records
+        .iter()
+        .filter(|r| r.stage == stage && r.finished_at.is_some())
+        .count()
+}

@@ -1,0 +1,15 @@
+//! Rewrites applied to every plan decoded from datafusion-python before it is distributed:
+//! repairs of what DataFusion 55's serialisation loses, and cancellation points.
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::physical_plan::ExecutionPlan;
+
+mod cooperative;
+mod generate_series;
+
+/// `plan` as the distributed planner should see it.
+pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = generate_series::repair_series_scans(plan)?;
+    cooperative::yield_after_amplifiers(plan)
+}

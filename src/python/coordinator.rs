@@ -1,0 +1,98 @@
+//! `Coordinator`: the Python handle on a [`ClusterPlanner`] (embedded or remote workers).
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::capsule::import_session_codec;
+use super::errors::to_py_err;
+use super::plan::DistributedPlan;
+use super::security::SecuritySpec;
+use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest};
+use crate::object_stores::StoreSpec;
+use crate::protocol::{display_url, parse_worker_url, Workers};
+use crate::runtime;
+use crate::security::Security;
+
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct Coordinator {
+    planner: Arc<ClusterPlanner>,
+}
+
+#[pymethods]
+impl Coordinator {
+    /// A coordinator over `n_workers` workers in this process.
+    #[staticmethod]
+    fn embedded(n_workers: usize) -> PyResult<Self> {
+        if n_workers == 0 {
+            return Err(PyValueError::new_err("n_workers must be at least 1"));
+        }
+        Ok(Self {
+            planner: Arc::new(ClusterPlanner::embedded(n_workers)),
+        })
+    }
+
+    /// A coordinator over remote workers: a list of URLs, or a callable returning one;
+    /// `security` is `Security._to_core()` (token, TLS) or None.
+    #[staticmethod]
+    #[pyo3(signature = (workers, security = None))]
+    fn remote(workers: &Bound<'_, PyAny>, security: Option<SecuritySpec>) -> PyResult<Self> {
+        let security = Security::try_from(security)?;
+        let workers = if workers.is_callable() {
+            Workers::Callable(workers.clone().unbind())
+        } else {
+            let raw: Vec<String> = workers.extract()?;
+            if raw.is_empty() {
+                return Err(PyValueError::new_err("workers must name at least one URL"));
+            }
+            let urls = raw
+                .iter()
+                .map(|u| parse_worker_url(u))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(PyValueError::new_err)?;
+            Workers::Static(urls)
+        };
+        Ok(Self {
+            planner: Arc::new(ClusterPlanner::remote(workers, security)),
+        })
+    }
+
+    /// The worker URLs a query planned now would use.
+    fn worker_urls(&self) -> PyResult<Vec<String>> {
+        let urls = self.planner.urls().map_err(to_py_err)?;
+        Ok(urls.iter().map(|u| display_url(u).to_owned()).collect())
+    }
+
+    /// Distributes a physical plan serialised by datafusion-python.
+    ///
+    /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
+    /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
+    /// `stores` are `(url, kind, options)` of the session's object stores.
+    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![], progress = None))]
+    fn distribute(
+        &self,
+        py: Python<'_>,
+        plan_bytes: Vec<u8>,
+        codec: &Bound<'_, PyAny>,
+        options: HashMap<String, String>,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<DistributedPlan> {
+        let request = Arc::new(PlanRequest {
+            plan_bytes,
+            codec: Arc::new(import_session_codec(codec)?),
+            options,
+            stores: stores.into_iter().map(StoreSpec::from).collect(),
+            progress,
+        });
+        let planner = Arc::clone(&self.planner);
+        let req = Arc::clone(&request);
+        let planned = runtime::wait_for(
+            py,
+            async move { planner.plan(&req).await.map_err(to_py_err) },
+        )?;
+        let table = DistributedTable::new(Arc::clone(&self.planner), request, planned);
+        Ok(DistributedPlan::new(Arc::new(table)))
+    }
+}

@@ -1,0 +1,35 @@
+//! The Python exceptions raised by the Rust core, and the mapping from DataFusion errors.
+use datafusion::error::DataFusionError;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+use crate::errors::as_worker_failure;
+
+create_exception!(
+    _internal,
+    DistributedError,
+    PyException,
+    "A distributed query could not be planned or executed."
+);
+create_exception!(
+    _internal,
+    WorkerError,
+    DistributedError,
+    "A worker could not be reached, failed, or is incompatible."
+);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("DistributedError", m.py().get_type::<DistributedError>())?;
+    m.add("WorkerError", m.py().get_type::<WorkerError>())?;
+    Ok(())
+}
+
+/// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
+pub fn to_py_err(err: DataFusionError) -> PyErr {
+    match as_worker_failure(&err) {
+        // The failure's own words, without DataFusion's "External error: " prefix.
+        Some(failure) => WorkerError::new_err(failure.to_string()),
+        None => DistributedError::new_err(err.to_string()),
+    }
+}

@@ -1,0 +1,31 @@
+//! The Python surface of the Rust core: the classes and exceptions of `_internal`.
+//!
+//! Each file holds one exported class (or the exceptions); they translate between Python
+//! objects and the Rust types of the other modules, and block on the runtime with the GIL
+//! released. The work itself lives in `coordinator/` and `worker/`.
+use pyo3::prelude::*;
+
+mod capsule;
+mod coordinator;
+mod errors;
+mod plan;
+mod security;
+mod worker;
+
+/// Adds everything `_internal` exports to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Our logs go to Python's `logging` (logger names `_internal.*`); DataFusion's own debug
+    // logs stay out, so hot paths never take the GIL to ask whether to log.
+    let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?
+        .filter(log::LevelFilter::Warn)
+        .filter_target("_internal".to_string(), log::LevelFilter::Debug)
+        .install();
+    m.add("__version__", crate::VERSION)?;
+    // The DataFusion major this library was built against (checked at import).
+    m.add("DATAFUSION_MAJOR", datafusion_ffi::version())?;
+    errors::register(m)?;
+    m.add_class::<coordinator::Coordinator>()?;
+    m.add_class::<plan::DistributedPlan>()?;
+    m.add_class::<worker::WorkerServer>()?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! `DistributedPlan`: a planned distributed query, exported to datafusion-python as a table
+//! (`ctx.read_table(plan)`), with its explain output and per-task metrics.
+use std::sync::Arc;
+
+use datafusion::catalog::TableProvider;
+use datafusion::physical_plan::displayable;
+use datafusion_distributed::{
+    display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
+    DistributedExec, DistributedMetricsFormat,
+};
+use datafusion_ffi::execution::FFI_TaskContextProvider;
+use datafusion_ffi::table_provider::FFI_TableProvider;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use super::capsule;
+use super::errors::to_py_err;
+use crate::coordinator::{DistributedTable, TaskRecord};
+use crate::protocol::display_url;
+use crate::runtime;
+
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct DistributedPlan {
+    table: Arc<DistributedTable>,
+}
+
+impl DistributedPlan {
+    pub fn new(table: Arc<DistributedTable>) -> Self {
+        Self { table }
+    }
+}
+
+#[pymethods]
+impl DistributedPlan {
+    /// True when the planner split the query into stages joined by network boundaries.
+    #[getter]
+    fn is_distributed(&self) -> bool {
+        self.table.planned().is::<DistributedExec>()
+    }
+
+    /// Renders the plan: `format` is "text" or "graphviz". With `analyze`, the latest run:
+    /// its metrics per stage and the worker each task ran on.
+    #[pyo3(signature = (format = "text", analyze = false))]
+    fn display(&self, py: Python<'_>, format: &str, analyze: bool) -> PyResult<String> {
+        if format != "text" && format != "graphviz" {
+            return Err(PyValueError::new_err(format!(
+                "unknown explain format {format:?}: use 'text' or 'graphviz'"
+            )));
+        }
+        let (plan, log) = match (analyze, self.table.last_run()) {
+            (false, _) => (Arc::clone(self.table.planned()), None),
+            (true, Some((plan, log))) => (plan, Some(log)),
+            (true, None) => {
+                return Err(PyValueError::new_err(
+                    "analyze=True needs a run of the query first (collect it)",
+                ))
+            }
+        };
+        if !plan.is::<DistributedExec>() {
+            return Ok(displayable(plan.as_ref()).indent(true).to_string());
+        }
+        let plan = match analyze {
+            true => runtime::wait_for(py, async move {
+                rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::Aggregated)
+                    .await
+                    .map_err(to_py_err)
+            })?,
+            false => plan,
+        };
+        let mut text = match format {
+            "graphviz" => display_plan_graphviz(plan).map_err(to_py_err)?,
+            _ => display_plan_ascii(plan.as_ref(), analyze),
+        };
+        if let (Some(log), "text") = (log, format) {
+            text.push_str("Tasks by worker:\n");
+            text.push_str(&log.render());
+        }
+        Ok(text)
+    }
+
+    /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time),
+    /// after waiting for every worker's metrics.
+    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let Some((plan, log)) = self.table.last_run() else {
+            return Err(PyValueError::new_err(
+                "no run yet: collect the DataFrame first",
+            ));
+        };
+        runtime::wait_for(py, async move {
+            if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
+                exec.wait_for_metrics().await;
+            }
+            Ok(())
+        })?;
+        log.records()
+            .iter()
+            .map(|r| metrics_record(py, r))
+            .collect()
+    }
+
+    /// The FFI table-provider protocol of datafusion-python (`ctx.read_table(plan)`).
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
+            session,
+            "__datafusion_task_context_provider__",
+            "datafusion_task_context_provider",
+        )?;
+        let provider = FFI_TableProvider::new(
+            Arc::clone(&self.table) as Arc<dyn TableProvider>,
+            false,
+            Some(runtime::handle()),
+            task_ctx_provider,
+            None,
+        );
+        capsule::export(py, provider, "datafusion_table_provider")
+    }
+}
+
+/// One task as the `MetricsRecord` dict of the Python API.
+fn metrics_record<'py>(py: Python<'py>, r: &TaskRecord) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("stage", r.stage)?;
+    d.set_item("task", r.task)?;
+    d.set_item("tasks_in_stage", r.task_count)?;
+    d.set_item("worker_url", display_url(&r.url))?;
+    d.set_item("output_rows", r.output_rows)?;
+    d.set_item("output_bytes", r.output_bytes)?;
+    d.set_item(
+        "elapsed_compute_ms",
+        r.elapsed_compute_ns.map(|n| n as f64 / 1e6),
+    )?;
+    d.set_item(
+        "duration_ms",
+        r.finished_at.map(|f| (f - r.sent_at).as_secs_f64() * 1e3),
+    )?;
+    Ok(d)
+}

@@ -1,0 +1,57 @@
+//! The embedded cluster: N datafusion-distributed `Worker`s living in this process.
+//!
+//! Stages still run as separate tasks on separate workers with network boundaries between
+//! them; only the transport is in-process (see `protocol::in_process`).
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
+use url::Url;
+
+use super::task_cache;
+use crate::protocol::InProcessChannelResolver;
+
+/// An in-process cluster: its worker URLs and the resolver that reaches them.
+pub struct EmbeddedCluster {
+    pub urls: Vec<Url>,
+    pub channels: InProcessChannelResolver,
+    _sweepers: Vec<SpawnedTask<()>>,
+}
+
+impl EmbeddedCluster {
+    pub fn start(n_workers: usize, runtime_env: Arc<RuntimeEnv>, version: &str) -> Self {
+        let urls: Vec<Url> = (0..n_workers)
+            .map(|i| Url::parse(&format!("embedded://worker-{i}")).expect("static URL"))
+            .collect();
+        // Workers must reach each other (a shuffle reads from every task of the stage below),
+        // so each worker's session carries the same resolver; it is filled in after the
+        // workers exist, hence the shared cell.
+        let cell: Arc<OnceLock<InProcessChannelResolver>> = Default::default();
+        let mut workers = HashMap::new();
+        for url in &urls {
+            let cell = Arc::clone(&cell);
+            let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
+                let channels = cell.get().cloned().unwrap_or_default();
+                async move {
+                    Ok(qctx
+                        .builder
+                        .with_distributed_channel_resolver(channels)
+                        .build())
+                }
+            })
+            .with_runtime_env(Arc::clone(&runtime_env))
+            .with_version(version.to_string());
+            workers.insert(url.clone(), worker);
+        }
+        let channels = InProcessChannelResolver::new(workers);
+        let _ = cell.set(channels.clone());
+        let sweepers = channels.workers().cloned().map(task_cache::sweep).collect();
+        Self {
+            urls,
+            channels,
+            _sweepers: sweepers,
+        }
+    }
+}

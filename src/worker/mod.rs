@@ -1,0 +1,8 @@
+//! The worker side: what runs tasks, in worker processes and in the embedded cluster.
+mod embedded;
+mod server;
+mod stores;
+mod task_cache;
+
+pub use embedded::EmbeddedCluster;
+pub use server::{build_worker, Serving, WorkerOptions};

@@ -1,0 +1,178 @@
+//! A worker process's datafusion-distributed `Worker`, served over gRPC (Arrow Flight) by tonic,
+//! behind the token check and TLS of its [`Security`].
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
+
+use super::stores::WorkerStores;
+use super::task_cache;
+use crate::object_stores::StoreSpec;
+use crate::protocol::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+use crate::security::{Security, TokenCheck};
+
+/// How a worker process is set up.
+pub struct WorkerOptions {
+    /// Reported to coordinators in the handshake.
+    pub version: String,
+    /// Object stores its setup registered: they serve its reads over the coordinator's.
+    pub own_stores: Vec<StoreSpec>,
+    pub security: Security,
+    /// Bytes of memory the worker's queries may use before they spill (or fail).
+    pub memory_limit: Option<usize>,
+    /// Where spill files go (default: the system's temporary directory).
+    pub spill_dir: Option<PathBuf>,
+}
+
+fn runtime_env(options: &WorkerOptions) -> Result<Arc<RuntimeEnv>> {
+    let mut builder = RuntimeEnvBuilder::new();
+    if let Some(limit) = options.memory_limit {
+        builder = builder.with_memory_limit(limit, 1.0);
+    }
+    if let Some(dir) = &options.spill_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            DataFusionError::Configuration(format!("spill directory {}: {e}", dir.display()))
+        })?;
+        builder = builder.with_disk_manager_builder(
+            DiskManagerBuilder::default()
+                .with_mode(DiskManagerMode::Directories(vec![dir.clone()])),
+        );
+    }
+    builder.build_arc()
+}
+
+/// A worker whose sessions decode fragments with `codec` (the worker-side session's codec:
+/// Python UDFs included), reach other workers over keep-alive gRPC channels with the same
+/// security, and read through the object stores each query names (see `WorkerStores`).
+pub fn build_worker(
+    codec: Arc<dyn PhysicalExtensionCodec>,
+    options: WorkerOptions,
+) -> Result<Worker> {
+    let runtime_env = runtime_env(&options)?;
+    let stores = Arc::new(WorkerStores::new(
+        Arc::clone(&runtime_env),
+        options.own_stores,
+    )?);
+    // Worker-to-worker streams (shuffles) get the same keep-alive, token and TLS.
+    let channels = WorkerChannels::new(options.security);
+    Ok(
+        Worker::from_session_builder(move |qctx: WorkerQueryContext| {
+            let codec = Arc::clone(&codec);
+            let channels = channels.clone();
+            // The coordinator names the object stores the query reads in a header.
+            let runtime = stores.runtime_for(&qctx.headers);
+            async move {
+                Ok(qctx
+                    .builder
+                    .with_runtime_env(runtime?)
+                    .with_distributed_user_codec_arc(codec)
+                    .with_distributed_channel_resolver(channels)
+                    .build())
+            }
+        })
+        .with_runtime_env(runtime_env)
+        .with_version(options.version),
+    )
+}
+
+/// A worker being served: its bound address and how to stop it.
+pub struct Serving {
+    addr: SocketAddr,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+    _sweeper: SpawnedTask<()>,
+}
+
+impl Serving {
+    /// Binds `addr` and serves `worker` in the background (call inside our runtime).
+    pub async fn start(worker: Worker, addr: &str, security: &Security) -> Result<Self, String> {
+        #[allow(unused_mut)]
+        let mut server = tonic::transport::Server::builder()
+            // Drop the tasks of a coordinator that stops answering.
+            .http2_keepalive_interval(Some(KEEP_ALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEP_ALIVE_TIMEOUT));
+        if let Some(tls) = &security.tls {
+            #[cfg(feature = "tls")]
+            {
+                server = server
+                    .tls_config(tls.server_config()?)
+                    .map_err(|e| format!("TLS: {e}"))?;
+            }
+            #[cfg(not(feature = "tls"))]
+            {
+                let _ = tls;
+                return Err("this build of datafusion-distributed-py has no TLS support".into());
+            }
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (shutdown, stopped) = oneshot::channel();
+        // The token is checked before a request reaches the worker service, so before any plan
+        // (or pickled Python code in one) is decoded.
+        let check = TokenCheck::new(security.token.as_ref());
+        let service = InterceptedService::new(
+            worker
+                .clone()
+                .into_worker_server()
+                .max_decoding_message_size(security.max_message_bytes),
+            move |request| check.check(request),
+        );
+        // No Nagle: small control messages (plans, handshakes) must not wait for delayed ACKs.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let task = tokio::spawn(async move {
+            server
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(Self {
+            addr,
+            shutdown,
+            task,
+            _sweeper: task_cache::sweep(worker),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// Stops accepting work; in-flight calls get `drain` to finish (`None`: no limit), then
+    /// are dropped.
+    pub async fn stop(self, drain: Option<Duration>) -> std::result::Result<(), String> {
+        let _ = self.shutdown.send(());
+        let mut task = self.task;
+        let drained = match drain {
+            Some(limit) => tokio::time::timeout(limit, &mut task).await,
+            None => Ok((&mut task).await),
+        };
+        match drained {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(e)) => Err(format!("server task: {e}")),
+            Err(_) => {
+                task.abort();
+                Ok(())
+            }
+        }
+    }
+}
