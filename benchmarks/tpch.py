@@ -4,6 +4,10 @@ PySpark, on the same data in one run.
     python -m benchmarks.tpch --sf 1                                   # single vs embedded
     python -m benchmarks.tpch --sf 1 --workers 2                       # single vs LocalCluster(2)
     python -m benchmarks.tpch --sf 1 --modes single,embedded,local2,local4,spark
+    python -m benchmarks.tpch --sf 1 --modes single,local2-plain,local2,local2-tls  # security cost
+
+``localN`` is ``LocalCluster(N)`` as users get it (a token on every RPC); ``-plain`` has no
+token, ``-tls`` adds TLS and ``-mtls`` mutual TLS to the token.
 
 Every mode's rows are checked against single-node. Prints a per-query table (times and ratio
 to single-node) and writes CSV, markdown and a PNG chart under ``benchmarks/results/`` with the
@@ -16,6 +20,7 @@ import argparse
 import csv
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +32,7 @@ import pyarrow as pa
 from datafusion import SessionContext
 
 import datafusion_distributed_py
-from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, Security, tpch
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 RESULTS = Path(__file__).parent / "results"
@@ -104,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="single,embedded",
-        help="comma list of: single, embedded, localN (N worker processes), spark",
+        help="comma list of: single, embedded, localN[-plain|-tls|-mtls] (N worker "
+        "processes), spark",
     )
     parser.add_argument(
         "--workers", type=int, default=0, help="shorthand for --modes single,localN"
@@ -137,8 +143,14 @@ def main(argv: list[str] | None = None) -> int:
             elif mode == "embedded":
                 dctx = DistributedContext(ctx, progress=False)
                 runners[mode], explainers[mode] = _dist_runner(dctx), dctx
-            elif mode.startswith("local"):
-                cluster = stack.enter_context(LocalCluster(int(mode.removeprefix("local"))))
+            elif m := re.fullmatch(r"local(\d+)(?:-(plain|tls|mtls))?", mode):
+                security = {
+                    None: True,
+                    "plain": False,
+                    "tls": Security.temporary(tls=True),
+                    "mtls": Security.temporary(mutual=True),
+                }[m.group(2)]
+                cluster = stack.enter_context(LocalCluster(int(m.group(1)), security=security))
                 dctx = DistributedContext(ctx, workers=cluster, progress=False)
                 runners[mode], explainers[mode] = _dist_runner(dctx), dctx
             elif mode == "spark":

@@ -34,6 +34,9 @@ from datafusion_distributed_py.errors import (  # noqa: E402
     WorkerError,
 )
 from datafusion_distributed_py.progress import ProgressEvent  # noqa: E402
+from datafusion_distributed_py.ray_cluster import RayCluster  # noqa: E402
+from datafusion_distributed_py.resolvers import dns_workers  # noqa: E402
+from datafusion_distributed_py.security import Security  # noqa: E402
 
 if TYPE_CHECKING:
     from datafusion_distributed_py.worker import Worker
@@ -59,8 +62,11 @@ __all__ = [
     "LocalCluster",
     "MetricsRecord",
     "ProgressEvent",
+    "RayCluster",
+    "Security",
     "UnsupportedTableError",
     "Worker",
     "WorkerError",
     "__version__",
+    "dns_workers",
 ]

@@ -108,3 +108,6 @@ class WorkerServer:
     def running(self) -> bool: ...
     def stop(self, drain_seconds: float = 5.0) -> None:
         """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""
+
+def check_health(url: str, security: CoreSecurity | None = None, timeout: float = 5.0) -> str:
+    """The standard gRPC health status of the worker at ``url`` (``"SERVING"``, ...)."""

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from datafusion import SessionContext
 
+from datafusion_distributed_py.config import parse_bytes
 from datafusion_distributed_py.errors import WorkerError
+from datafusion_distributed_py.security import Security
 
 #: Seconds a worker process may take to print its URL.
 START_TIMEOUT = 60.0
@@ -34,6 +36,15 @@ class LocalCluster:
             ``"module:function"`` string.
         log_dir: where worker logs go (default: a new temporary directory, removed by
             :meth:`close`).
+        security: ``True`` (the default): a fresh random token
+            (:meth:`Security.temporary`), given to the workers through their environment,
+            never on a command line; a :class:`~datafusion_distributed_py.Security` (e.g.
+            ``Security.temporary(tls=True)`` for TLS); ``False`` for none. A
+            ``DistributedContext`` given this cluster uses it automatically
+            (:attr:`security`).
+        memory_limit: per worker, bytes (or ``"500MB"``) its queries may hold before they
+            spill to disk.
+        spill_dir: where workers write spill files.
 
     Example:
         >>> from datafusion import SessionContext
@@ -50,6 +61,9 @@ class LocalCluster:
         setup: str | Callable[[SessionContext], object] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         *,
+        security: bool | Security = True,
+        memory_limit: int | str | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
         _report_versions: list[str | None] | None = None,
     ) -> None:
         from datafusion_distributed_py.context import default_worker_count
@@ -69,6 +83,19 @@ class LocalCluster:
             setup = SETUP_FROM_STDIN
         elif setup is not None and not isinstance(setup, str):
             raise TypeError(f"setup must be a callable or 'module:function', got {setup!r}")
+        if isinstance(security, Security):
+            self.security: Security | None = security
+        elif security is True:
+            self.security = Security.temporary()
+        elif security is False or security is None:
+            self.security = None
+        else:
+            raise TypeError(f"security must be a bool or a Security, got {security!r}")
+        self._options: list[str] = []
+        if memory_limit is not None:
+            self._options += ["--memory-limit", str(parse_bytes(memory_limit))]
+        if spill_dir is not None:
+            self._options += ["--spill-dir", os.fspath(spill_dir)]
         self._owns_log_dir = log_dir is None
         #: Where the workers' logs are (``worker-<i>.log``).
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="dfd-cluster-"))
@@ -108,6 +135,12 @@ class LocalCluster:
             cmd += ["--setup", setup]
         if version is not None:
             cmd += ["--report-version", version]
+        cmd += self._options
+        # Secrets go through the environment, never the command line (`ps` shows that).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DFDPY_")}
+        if self.security is not None:
+            env.update(self.security.to_env())
+        env.update(PYTHONUNBUFFERED="1", PYTHONPATH=_parent_path())
         log = open(self._log_path(i), "wb")  # noqa: SIM115 - owned by the child
         try:
             return subprocess.Popen(
@@ -115,7 +148,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE if pipe_stdin else subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _parent_path()},
+                env=env,
             )
         finally:
             log.close()

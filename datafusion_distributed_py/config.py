@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -155,3 +156,26 @@ def _parse(name: str, text: str) -> Any:
         return kind(text)
     except ValueError:
         raise ValueError(f"invalid value {text!r} for distributed.{name}") from None
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_bytes(value: int | str) -> int:
+    """Bytes from an int or a size such as ``"500MB"`` or ``"2 GiB"``.
+
+    Example:
+        >>> parse_bytes("500MB"), parse_bytes("2GiB"), parse_bytes(1024)
+        (500000000, 2147483648, 1024)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"not a size: {value!r} (use bytes or e.g. '500MB', '2GiB')")
+        size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"a size must be positive, got {value!r}")
+    return size

@@ -293,9 +293,13 @@ def _security_for(workers: Workers, security: Security | None) -> Security | Non
         if not isinstance(security, Security):
             raise TypeError(f"security must be a Security, got {type(security).__name__}")
         return security
-    own = getattr(workers, "security", None)
-    if isinstance(own, Security):
-        return own
+    # A LocalCluster (or a started Worker, or a list of them) carries its own.
+    members = workers if isinstance(workers, (list, tuple)) else [workers]
+    owned = {id(s): s for s in (getattr(m, "security", None) for m in members)}
+    if len(owned) == 1:
+        (own,) = owned.values()
+        if isinstance(own, Security):
+            return own
     return Security.from_env()
 
 

@@ -1,11 +1,16 @@
 """A datafusion-distributed worker process, and its command line.
 
     datafusion-distributed-worker --host 127.0.0.1 --port 50051 [--setup pkg.mod:func]
+    datafusion-distributed-worker --host 0.0.0.0 --token-file /etc/dfdpy/token \
+        --advertise-host 10.0.0.5 [--tls-cert c.pem --tls-key k.pem [--tls-ca ca.pem]]
     python -m datafusion_distributed_py.worker --port 0
     python -m datafusion_distributed_py.worker --setup pickle:- < setup.pickle
 
-The worker prints ``listening on http://HOST:PORT`` once it accepts work. SIGTERM and
-SIGINT stop it gracefully: in-flight tasks get a bounded drain time.
+The worker prints ``listening on http(s)://HOST:PORT`` once it accepts work, with the address
+others dial (never ``0.0.0.0``). SIGTERM and SIGINT stop it gracefully: in-flight tasks get a
+bounded drain time. Listening beyond loopback without a token is refused unless
+``--insecure`` is given. Settings also come from ``DFDPY_*`` environment variables (see
+:class:`~datafusion_distributed_py.Security`).
 """
 
 from __future__ import annotations
@@ -13,17 +18,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import ipaddress
 import logging
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from datafusion import SessionContext
 
 from datafusion_distributed_py import _internal, object_stores
+from datafusion_distributed_py.config import parse_bytes
+from datafusion_distributed_py.security import Security
 
 log = logging.getLogger("datafusion_distributed_py.worker")
 
@@ -47,6 +57,16 @@ class Worker:
         setup: optional callable receiving the worker's ``SessionContext`` to customise it
             (register UDFs, object stores, codecs). Object stores it registers are used for
             this worker's reads, over those the coordinator sends for the same URL.
+        security: the token every RPC must carry and the TLS settings to serve with (see
+            :class:`~datafusion_distributed_py.Security`); the same settings are used to reach
+            other workers (shuffles). ``None``: no token, plain gRPC.
+        advertise_host: the address in :attr:`url`, the one others dial; by default ``host``,
+            or for a wildcard ``host`` (``0.0.0.0``) ``$POD_IP`` or this machine's address.
+        refuse_pickled_code: never unpickle functions sent inside plans: only functions that
+            ``setup`` registered (by the same name) run.
+        memory_limit: bytes (or ``"500MB"``, ``"2GiB"``) the worker's queries may hold before
+            sorts, joins and aggregations spill to disk.
+        spill_dir: where spill files go (default: the system's temporary directory).
 
     Example:
         >>> w = Worker(port=0)
@@ -61,22 +81,44 @@ class Worker:
         port: int = 0,
         setup: Callable[[SessionContext], object] | None = None,
         *,
+        security: Security | None = None,
+        advertise_host: str | None = None,
+        refuse_pickled_code: bool = False,
+        memory_limit: int | str | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
         _report_version: str | None = None,
     ) -> None:
         if not 0 <= int(port) <= 65535:
             raise ValueError(f"port must be in 0..65535, got {port}")
+        if security is not None and not isinstance(security, Security):
+            raise TypeError(f"security must be a Security, got {type(security).__name__}")
+        self.security = security
+        self._advertise = advertise_host or _advertised_host(host)
         self.ctx = SessionContext()
         if setup is not None:
             setup(self.ctx)
         version = _report_version if _report_version is not None else _internal.__version__
         # Object stores the setup registered serve this worker's reads (over the coordinator's).
         stores = object_stores.stores_of(self.ctx)
-        self._server = _internal.WorkerServer(host, int(port), self.ctx, version, stores)
+        self._server = _internal.WorkerServer(
+            host,
+            int(port),
+            self.ctx,
+            version,
+            stores,
+            security=security._to_core() if security is not None else None,
+            refuse_pickled_code=refuse_pickled_code,
+            memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None,
+            spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
+        )
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of this worker (the bound port once started)."""
-        return f"http://{self._server.host}:{self._server.port}"
+        """``http(s)://host:port`` of this worker as others dial it (the bound port once
+        started; ``https`` when it serves TLS)."""
+        scheme = self.security.scheme if self.security is not None else "http"
+        host = f"[{self._advertise}]" if ":" in self._advertise else self._advertise
+        return f"{scheme}://{host}:{self._server.port}"
 
     def start(self) -> Worker:
         """Start serving in the background and return self."""
@@ -144,6 +186,31 @@ def load_setup(spec: str) -> Callable[[SessionContext], object]:
     return func
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) only reaches this machine."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def _advertised_host(host: str) -> str:
+    """The address others should dial for a worker bound to ``host``."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    if os.environ.get("POD_IP"):
+        return os.environ["POD_IP"]
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Exit when the process that started us is gone, even if it was SIGKILLed."""
     try:  # Linux: the kernel signals us when the parent thread dies.
@@ -182,6 +249,37 @@ def main(argv: list[str] | None = None) -> int:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level of the worker (default WARNING)",
     )
+    parser.add_argument(
+        "--advertise-host",
+        help="the address printed in the URL and dialled by others (default: --host, or for "
+        "0.0.0.0 $POD_IP or this machine's address)",
+    )
+    parser.add_argument("--token-file", help="file holding the token every RPC must carry")
+    parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with (https://)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-ca", help="PEM CA: clients must present certificates it signed (mutual TLS)"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow listening beyond loopback without a token",
+    )
+    parser.add_argument(
+        "--refuse-pickled-code",
+        action="store_true",
+        help="never unpickle functions sent in plans; only --setup's functions run",
+    )
+    parser.add_argument(
+        "--max-message-bytes", type=int, help="largest gRPC message accepted (default 1 GiB)"
+    )
+    parser.add_argument("--memory-limit", help="memory for queries before they spill, e.g. 2GB")
+    parser.add_argument("--spill-dir", help="directory for spill files")
+    parser.add_argument(
+        "--check",
+        metavar="URL",
+        help="probe: ask the worker at URL for its gRPC health; exit 0 when it serves",
+    )
     parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     # Testing only, so out of --help: report VERSION instead of this package's, to exercise
     # the coordinator's version check.
@@ -193,11 +291,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.parent_pid:
         _die_with_parent(args.parent_pid)
-    setup = load_setup(args.setup) if args.setup else None
-    worker = Worker(args.host, args.port, setup, _report_version=args.report_version)
     try:
+        security = _cli_security(args)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        return _check(args.check, security)
+    if not is_loopback(args.host) and (security is None or not security.token):
+        if not args.insecure:
+            print(
+                f"error: refusing to listen on {args.host} without a token: anyone who reaches "
+                "this port could run code on this machine. Give --token-file (or "
+                "DFDPY_TOKEN_FILE), or --insecure on a trusted network.",
+                file=sys.stderr,
+            )
+            return 2
+        log.warning("listening on %s without a token (--insecure)", args.host)
+    setup = load_setup(args.setup) if args.setup else None
+    try:
+        worker = Worker(
+            args.host,
+            args.port,
+            setup,
+            security=security,
+            advertise_host=args.advertise_host,
+            refuse_pickled_code=args.refuse_pickled_code,
+            memory_limit=args.memory_limit,
+            spill_dir=args.spill_dir,
+            _report_version=args.report_version,
+        )
         worker.start()
-    except OSError as e:
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
@@ -205,6 +330,36 @@ def main(argv: list[str] | None = None) -> int:
     worker.serve()
     print("stopped", flush=True)
     return 0
+
+
+def _check(url: str, security: Security | None) -> int:
+    """``--check URL``: print the worker's health status; 0 when it serves."""
+    core = security._to_core() if security is not None else None
+    try:
+        status = _internal.check_health(url, core)
+    except (ValueError, _internal.DistributedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(status, flush=True)
+    return 0 if status == "SERVING" else 1
+
+
+def _cli_security(args: argparse.Namespace) -> Security | None:
+    """The environment's settings (``DFDPY_*``), overridden by the command line's."""
+    base = Security.from_env()
+    flags = (args.token_file, args.tls_cert, args.tls_key, args.tls_ca, args.max_message_bytes)
+    if not any(f is not None for f in flags):
+        return base
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    return Security(
+        token=token or (base.token if base else None),
+        tls_ca=args.tls_ca or (base.tls_ca if base else None),
+        tls_cert=args.tls_cert or (base.tls_cert if base else None),
+        tls_key=args.tls_key or (base.tls_key if base else None),
+        mutual=bool(args.tls_ca) or bool(base and base.mutual),
+        server_name=base.server_name if base else None,
+        max_message_bytes=args.max_message_bytes,
+    )
 
 
 if __name__ == "__main__":

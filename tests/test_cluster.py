@@ -75,7 +75,10 @@ def test_workers_accepts_url_list_and_resolver(ctx, cluster):
         return cluster.urls
 
     for workers in (list(cluster.urls), resolver):
-        dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+        # Bare URLs carry no credentials: the cluster's token is given alongside.
+        dctx = DistributedContext(
+            ctx, workers=workers, config=SPLIT_CONFIG, security=cluster.security
+        )
         assert_same_rows(dctx.sql(sql).to_arrow_table(), expected, ordered=False)
     assert calls, "the resolver is called at planning"
 
@@ -156,7 +159,9 @@ def test_version_mismatch_is_refused(ctx):
 def test_killed_worker_fails_query_then_survivors_work(ctx):
     with LocalCluster(3) as c:
         alive = list(c.urls)
-        dctx = DistributedContext(ctx, workers=lambda: alive, config=SPLIT_CONFIG)
+        dctx = DistributedContext(
+            ctx, workers=lambda: alive, config=SPLIT_CONFIG, security=c.security
+        )
         sql = "SELECT l_orderkey, count(*) AS n FROM lineitem GROUP BY l_orderkey"
         stream = dctx.sql(sql).execute_stream()
         next(iter(stream))  # the query is running on every worker

@@ -3,7 +3,13 @@ datafusion users do it: workers (embedded and processes) read it too."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -35,13 +41,23 @@ TINY = DistributedConfig(file_scan_config_bytes_per_partition=64)
 SQL = "SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
+@contextlib.contextmanager
+def moto_bucket(first_value: int = 0) -> Iterator[str]:
+    """A real S3-compatible server (moto, its own process: servers in one process share
+    their buckets) holding ``BUCKET/t/``: three parquet files of ``g`` and ``v`` (``v``
+    counting from ``first_value``); yields its endpoint."""
     (port,) = free_ports(1)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            break
+        assert time.monotonic() < deadline and server.poll() is None, "moto did not start"
+        time.sleep(0.1)
     endpoint = f"http://127.0.0.1:{port}"
     client = boto3.client(
         "s3",
@@ -52,14 +68,22 @@ def s3_endpoint():
     )
     client.create_bucket(Bucket=BUCKET)
     for i in range(3):
-        t = pa.table(
-            {"g": [f"g{j % 4}" for j in range(500)], "v": list(range(i * 500, (i + 1) * 500))}
-        )
+        first = first_value + i * 500
+        t = pa.table({"g": [f"g{j % 4}" for j in range(500)], "v": list(range(first, first + 500))})
         buf = io.BytesIO()
         pq.write_table(t, buf)
         client.put_object(Bucket=BUCKET, Key=f"t/part-{i}.parquet", Body=buf.getvalue())
-    yield endpoint
-    server.stop()
+    try:
+        yield endpoint
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with moto_bucket() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +210,17 @@ def test_worker_setup_supplies_its_own_object_store(s3_endpoint):
         df = dctx.sql(SQL)
         assert_same_rows(df.to_arrow_table(), expected, ordered=False)
         assert is_distributed(dctx.explain(df))
+
+
+def test_coordinators_never_share_stores_on_a_worker(s3_endpoint, cluster):
+    """Coordinators A, B, A, with different settings for the same bucket URL, on the same
+    workers: each query reads its own coordinator's bucket (stores are per query)."""
+    with moto_bucket(first_value=100_000) as other:
+        a, b = s3_ctx(s3_endpoint), s3_ctx(other)
+        expected = {"a": a.sql(SQL).to_arrow_table(), "b": b.sql(SQL).to_arrow_table()}
+        assert sorted(expected["a"].column("s").to_pylist()) != sorted(
+            expected["b"].column("s").to_pylist()
+        )
+        for name, ctx in (("a", a), ("b", b), ("a", a)):
+            got = DistributedContext(ctx, workers=cluster, config=TINY).sql(SQL).to_arrow_table()
+            assert_same_rows(got, expected[name], ordered=False)

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::{ConfigOptions, Extensions};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{
     AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, WindowUDF,
@@ -28,7 +29,8 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 pub struct SessionCodec {
     inner: Arc<dyn PhysicalExtensionCodec>,
     payloads: Mutex<HashMap<(&'static str, String), Vec<u8>>>,
-    refuse_pickled_code: bool,
+    /// Set on workers that refuse pickled code: their own functions (from `setup`).
+    own_functions: Option<Arc<TaskContext>>,
 }
 
 impl SessionCodec {
@@ -36,28 +38,30 @@ impl SessionCodec {
         Self {
             inner,
             payloads: Mutex::default(),
-            refuse_pickled_code: false,
+            own_functions: None,
         }
     }
 
-    /// This codec, never unpickling the code of a function (see the type's comment).
-    pub fn refusing_pickled_code(mut self) -> Self {
-        self.refuse_pickled_code = true;
+    /// This codec, never unpickling the code of a function: functions are taken from
+    /// `own_functions` (the worker's registry) by name instead (see the type's comment).
+    pub fn refusing_pickled_code(mut self, own_functions: Arc<TaskContext>) -> Self {
+        self.own_functions = Some(own_functions);
         self
     }
 
     /// Decodes a function of kind `kind` with `decode(payload)`, remembering its payload.
     /// A payload this codec refuses is never decoded: the function is looked up by name
-    /// (`decode(&[])`: the worker's own functions), and refused naming it when there is none.
+    /// among the worker's own (`own(registry)`), and refused naming it when there is none.
     fn decode_function<T>(
         &self,
         kind: &'static str,
         name: &str,
         buf: &[u8],
         decode: impl Fn(&[u8]) -> Result<T>,
+        own: impl FnOnce(&TaskContext) -> Option<T>,
     ) -> Result<T> {
-        if self.refuse_pickled_code && !buf.is_empty() {
-            return decode(&[]).map_err(|_| {
+        if let (Some(registry), false) = (&self.own_functions, buf.is_empty()) {
+            return own(registry).ok_or_else(|| {
                 DataFusionError::Execution(format!(
                     "this worker refuses pickled Python code, and the query's {kind} {name:?} \
                      carries some: register {name:?} in the worker's setup (it then runs the \
@@ -93,7 +97,13 @@ impl PhysicalExtensionCodec for SessionCodec {
     forward_node_codec!(|this| this.inner);
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        let udf = self.decode_function("udf", name, buf, |b| self.inner.try_decode_udf(name, b))?;
+        let udf = self.decode_function(
+            "udf",
+            name,
+            buf,
+            |b| self.inner.try_decode_udf(name, b),
+            |own| own.scalar_functions().get(name).cloned(),
+        )?;
         Ok(Arc::new(ScalarUDF::new_from_impl(WithoutExtensions(udf))))
     }
 
@@ -108,7 +118,13 @@ impl PhysicalExtensionCodec for SessionCodec {
     }
 
     fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        self.decode_function("udaf", name, buf, |b| self.inner.try_decode_udaf(name, b))
+        self.decode_function(
+            "udaf",
+            name,
+            buf,
+            |b| self.inner.try_decode_udaf(name, b),
+            |own| own.aggregate_functions().get(name).cloned(),
+        )
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
@@ -125,7 +141,13 @@ impl PhysicalExtensionCodec for SessionCodec {
             true => remembered.as_slice(),
             false => buf,
         };
-        self.decode_function("udwf", name, buf, |b| self.inner.try_decode_udwf(name, b))
+        self.decode_function(
+            "udwf",
+            name,
+            buf,
+            |b| self.inner.try_decode_udwf(name, b),
+            |own| own.window_functions().get(name).cloned(),
+        )
     }
 
     fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {

@@ -39,7 +39,8 @@ impl WorkerChannels {
         }
     }
 
-    async fn channel(&self, url: &Url) -> Result<Channel> {
+    /// The channel to `url`, opened on first use (with keep-alive and, for `https://`, TLS).
+    pub async fn channel(&self, url: &Url) -> Result<Channel> {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
             return Ok(channel.clone());
         }

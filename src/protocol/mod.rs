@@ -1,11 +1,13 @@
 //! How the coordinator and workers reach each other: worker URLs, where they come from, and
 //! the channels (gRPC to processes, direct calls in-process) that carry plans and batches.
 mod grpc;
+mod health;
 mod in_process;
 mod resolver;
 mod urls;
 
 pub use grpc::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+pub use health::check_health;
 pub use in_process::InProcessChannelResolver;
 pub use resolver::{FixedResolver, Workers};
 pub use urls::{display_url, parse_worker_url};

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 mod capsule;
 mod coordinator;
 mod errors;
+mod health;
 mod plan;
 mod security;
 mod worker;
@@ -27,5 +28,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<coordinator::Coordinator>()?;
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
+    m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     Ok(())
 }

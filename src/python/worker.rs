@@ -4,11 +4,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use datafusion::execution::TaskContext;
 use datafusion_distributed::Worker;
+use datafusion_ffi::execution::FFI_TaskContextProvider;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use super::capsule::import_session_codec;
+use super::capsule::{self, import_session_codec};
 use super::errors::to_py_err;
 use super::security::SecuritySpec;
 use crate::object_stores::StoreSpec;
@@ -49,9 +51,17 @@ impl WorkerServer {
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let mut codec = import_session_codec(codec)?;
+        let session = codec;
+        let mut codec = import_session_codec(session)?;
         if refuse_pickled_code {
-            codec = codec.refusing_pickled_code();
+            // The functions the worker's setup registered, looked up by name instead.
+            let provider: FFI_TaskContextProvider = capsule::import(
+                session,
+                "__datafusion_task_context_provider__",
+                "datafusion_task_context_provider",
+            )?;
+            let own = Arc::<TaskContext>::try_from(&provider).map_err(to_py_err)?;
+            codec = codec.refusing_pickled_code(own);
         }
         let security = Security::try_from(security)?;
         let options = WorkerOptions {

@@ -129,14 +129,24 @@ impl Serving {
                 .max_decoding_message_size(security.max_message_bytes),
             move |request| check.check(request),
         );
+        // The standard health service stays open without the token, so probes need no secret;
+        // it says NOT_SERVING while the worker drains.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
         // No Nagle: small control messages (plans, handshakes) must not wait for delayed ACKs.
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let task = tokio::spawn(async move {
             server
+                .add_service(health_service)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
+                    health
+                        .set_service_status("", tonic_health::ServingStatus::NotServing)
+                        .await;
                 })
                 .await
         });
