@@ -124,3 +124,15 @@ def test_table_provider_from_another_ffi_library_is_refused_with_its_name():
     assert ctx.sql("SELECT sum(a) AS s FROM foreign_t").to_pylist() == [{"s": 6}]
     with pytest.raises(UnsupportedTableError, match="foreign_t"):
         DistributedContext(ctx).sql("SELECT sum(a) AS s FROM foreign_t")
+
+
+def test_worker_stop_takes_any_drain_time():
+    """An unlimited drain (``inf``) waits for in-flight work instead of panicking; ``nan`` is
+    refused by name."""
+    from datafusion_distributed_py import Worker
+
+    Worker(port=0).start().stop(float("inf"))
+    worker = Worker(port=0).start()
+    with pytest.raises(ValueError, match="drain_seconds"):
+        worker.stop(float("nan"))
+    worker.stop(0.0)
