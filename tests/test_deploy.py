@@ -3,8 +3,10 @@ validated against the Kubernetes schemas, DNS resolution, the health probe)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,17 +160,42 @@ def test_ray_cluster_runs_tpch_like_single_node(ray_local, ctx):
             DistributedContext(ctx, workers=list(workers.urls)).sql("SELECT 1").collect()
 
 
+def test_setup_runs_in_every_actor(ray_local, tmp_path):
+    def setup(worker_ctx) -> None:
+        (tmp_path / f"setup-ran-in-{os.getpid()}").touch()
+
+    with RayCluster(workers_per_node=2, setup=setup) as workers:
+        assert len(list(tmp_path.glob("setup-ran-in-*"))) == len(workers.urls) == 2
+
+
 def test_a_killed_actor_leaves_the_next_querys_worker_set(ray_local, ctx):
     with RayCluster(workers_per_node=2) as workers:
         before = workers()
         victim_actor, victim_url = next(iter(workers._actors.values()))[0]
         ray.kill(victim_actor)
+        deadline = time.monotonic() + 30
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            while time.monotonic() < deadline:  # until Ray reports the actor dead
+                ray.get(victim_actor.url.remote(), timeout=5)
+                time.sleep(0.2)
         after = workers()
         assert victim_url not in after
         dctx = DistributedContext(ctx, workers=workers)
         assert dctx.sql("SELECT count(*) AS n FROM nation").to_pylist() == [{"n": 25}]
         assert victim_url not in dctx.worker_urls
         assert set(before) - {victim_url} <= set(after)
+
+
+def test_ray_cluster_starts_a_local_ray_when_none_runs(ctx):
+    if ray.is_initialized():
+        ray.shutdown()
+    init = {"num_cpus": 2, "include_dashboard": False}
+    with RayCluster(init_kwargs=init) as workers:
+        assert ray.is_initialized()
+        assert all(u.startswith(f"http://{LOOPBACK}:") for u in workers.urls)
+        dctx = DistributedContext(ctx, workers=workers)
+        assert dctx.sql("SELECT count(*) AS n FROM region").to_pylist() == [{"n": 5}]
+    assert not ray.is_initialized(), "a Ray it started is shut down with it"
 
 
 def test_a_three_node_ray_cluster_gets_one_worker_per_node(ctx):

@@ -49,29 +49,40 @@ impl SessionCodec {
         self
     }
 
-    /// Decodes a function of kind `kind` with `decode(payload)`, remembering its payload.
-    /// A payload this codec refuses is never decoded: the function is looked up by name
-    /// among the worker's own (`own(registry)`), and refused naming it when there is none.
-    fn decode_function<T>(
-        &self,
-        kind: &'static str,
-        name: &str,
-        buf: &[u8],
-        decode: impl Fn(&[u8]) -> Result<T>,
-        own: impl FnOnce(&TaskContext) -> Option<T>,
-    ) -> Result<T> {
+    /// Decodes a function from its payload, remembering the payload. A payload this codec
+    /// refuses is never decoded: the function is looked up by name among the worker's own,
+    /// and refused naming it when there is none.
+    fn decode<F: Function>(&self, name: &str, buf: &[u8]) -> Result<Arc<F>> {
+        // Window functions come back by name (see `FragmentCodec`): use the payload seen.
+        let mut remembered = Vec::new();
+        let buf = match F::COMES_BACK_BY_NAME
+            && buf.is_empty()
+            && self.recall(F::KIND, name, &mut remembered)
+        {
+            true => remembered.as_slice(),
+            false => buf,
+        };
         if let (Some(registry), false) = (&self.own_functions, buf.is_empty()) {
-            return own(registry).ok_or_else(|| {
+            return F::registered(registry, name).ok_or_else(|| {
                 DataFusionError::Execution(format!(
-                    "this worker refuses pickled Python code, and the query's {kind} {name:?} \
+                    "this worker refuses pickled Python code, and the query's {} {name:?} \
                      carries some: register {name:?} in the worker's setup (it then runs the \
-                     worker's own function), or start the worker without --refuse-pickled-code"
+                     worker's own function), or start the worker without --refuse-pickled-code",
+                    F::KIND
                 ))
             });
         }
-        let decoded = decode(buf)?;
-        self.remember(kind, name, buf);
+        let decoded = F::decode(self.inner.as_ref(), name, buf)?;
+        self.remember(F::KIND, name, buf);
         Ok(decoded)
+    }
+
+    /// Encodes a function with the payload it was decoded from, if any (see the type).
+    fn encode<F: Function>(&self, name: &str, node: &F, buf: &mut Vec<u8>) -> Result<()> {
+        match self.recall(F::KIND, name, buf) {
+            true => Ok(()),
+            false => F::encode(self.inner.as_ref(), node, buf),
+        }
     }
 
     fn remember(&self, kind: &'static str, name: &str, buf: &[u8]) {
@@ -97,66 +108,90 @@ impl PhysicalExtensionCodec for SessionCodec {
     forward_node_codec!(|this| this.inner);
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        let udf = self.decode_function(
-            "udf",
-            name,
-            buf,
-            |b| self.inner.try_decode_udf(name, b),
-            |own| own.scalar_functions().get(name).cloned(),
-        )?;
+        let udf = self.decode::<ScalarUDF>(name, buf)?;
         Ok(Arc::new(ScalarUDF::new_from_impl(WithoutExtensions(udf))))
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
-        if self.recall("udf", node.name(), buf) {
-            return Ok(());
-        }
         match node.inner().downcast_ref::<WithoutExtensions>() {
-            Some(wrapped) => self.inner.try_encode_udf(&wrapped.0, buf),
-            None => self.inner.try_encode_udf(node, buf),
+            Some(wrapped) => self.encode(node.name(), wrapped.0.as_ref(), buf),
+            None => self.encode(node.name(), node, buf),
         }
     }
 
     fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        self.decode_function(
-            "udaf",
-            name,
-            buf,
-            |b| self.inner.try_decode_udaf(name, b),
-            |own| own.aggregate_functions().get(name).cloned(),
-        )
+        self.decode(name, buf)
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match self.recall("udaf", node.name(), buf) {
-            true => Ok(()),
-            false => self.inner.try_encode_udaf(node, buf),
-        }
+        self.encode(node.name(), node, buf)
     }
 
     fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        // Window functions come back by name (see `FragmentCodec`): use the payload seen.
-        let mut remembered = Vec::new();
-        let buf = match buf.is_empty() && self.recall("udwf", name, &mut remembered) {
-            true => remembered.as_slice(),
-            false => buf,
-        };
-        self.decode_function(
-            "udwf",
-            name,
-            buf,
-            |b| self.inner.try_decode_udwf(name, b),
-            |own| own.window_functions().get(name).cloned(),
-        )
+        self.decode(name, buf)
     }
 
     fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match self.recall("udwf", node.name(), buf) {
-            true => Ok(()),
-            false => self.inner.try_encode_udwf(node, buf),
-        }
+        self.encode(node.name(), node, buf)
     }
 }
+
+/// What differs between scalar, aggregate and window functions for `SessionCodec`.
+trait Function: Sized {
+    const KIND: &'static str;
+    /// Sent by name, to be resolved with the payload seen when decoding.
+    const COMES_BACK_BY_NAME: bool;
+    fn decode(codec: &dyn PhysicalExtensionCodec, name: &str, buf: &[u8]) -> Result<Arc<Self>>;
+    fn encode(codec: &dyn PhysicalExtensionCodec, node: &Self, buf: &mut Vec<u8>) -> Result<()>;
+    fn registered(registry: &TaskContext, name: &str) -> Option<Arc<Self>>;
+}
+
+macro_rules! function_kind {
+    ($ty:ty, $kind:literal, $by_name:literal, $decode:ident, $encode:ident, $registry:ident) => {
+        impl Function for $ty {
+            const KIND: &'static str = $kind;
+            const COMES_BACK_BY_NAME: bool = $by_name;
+            fn decode(c: &dyn PhysicalExtensionCodec, name: &str, buf: &[u8]) -> Result<Arc<Self>> {
+                c.$decode(name, buf)
+            }
+            fn encode(
+                c: &dyn PhysicalExtensionCodec,
+                node: &Self,
+                buf: &mut Vec<u8>,
+            ) -> Result<()> {
+                c.$encode(node, buf)
+            }
+            fn registered(registry: &TaskContext, name: &str) -> Option<Arc<Self>> {
+                registry.$registry().get(name).cloned()
+            }
+        }
+    };
+}
+
+function_kind!(
+    ScalarUDF,
+    "udf",
+    false,
+    try_decode_udf,
+    try_encode_udf,
+    scalar_functions
+);
+function_kind!(
+    AggregateUDF,
+    "udaf",
+    false,
+    try_decode_udaf,
+    try_encode_udaf,
+    aggregate_functions
+);
+function_kind!(
+    WindowUDF,
+    "udwf",
+    true,
+    try_decode_udwf,
+    try_encode_udwf,
+    window_functions
+);
 
 fn without_extensions(options: &ConfigOptions) -> Arc<ConfigOptions> {
     let mut options = options.clone();

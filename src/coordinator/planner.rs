@@ -134,7 +134,12 @@ impl ClusterPlanner {
         let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
         let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
             Cluster::Embedded(c) => (Arc::new(c.channels.clone()), Transport::Embedded),
-            Cluster::Remote(_, channels) => (Arc::new(channels.clone()), Transport::Remote),
+            Cluster::Remote(_, channels) => (
+                Arc::new(channels.clone()),
+                Transport::Remote {
+                    max_message_bytes: channels.max_message_bytes(),
+                },
+            ),
         };
         cfg.set_distributed_channel_resolver(TrackingChannels {
             inner,

@@ -30,8 +30,9 @@ pub enum Transport {
     /// In this process: the fragment is still decoded into a private copy, because tasks of
     /// one stage share plan nodes (join state, dynamic filters, stream pools) and must not.
     Embedded,
-    /// Over gRPC: the fragment is sent encoded.
-    Remote,
+    /// Over gRPC: the fragment is sent encoded, and must fit in a message of this many bytes
+    /// (workers refuse larger ones; saying so here names the cause instead of a timeout).
+    Remote { max_message_bytes: usize },
 }
 
 pub struct TrackingChannels<C> {
@@ -84,7 +85,16 @@ impl TrackingChannel {
             Transport::Embedded => {
                 MaybeEncoded::Decoded(decode_fragment(&bytes, task_ctx, &self.codec)?)
             }
-            Transport::Remote => MaybeEncoded::Encoded(bytes),
+            Transport::Remote { max_message_bytes } if bytes.len() > max_message_bytes => {
+                return Err(DataFusionError::ResourcesExhausted(format!(
+                    "a plan fragment for worker {} is {} bytes, over the {max_message_bytes}-byte \
+                     message limit (Security(max_message_bytes=...)); in-memory tables travel \
+                     inside plans: write large ones to Parquet and register the files",
+                    display_url(&self.url),
+                    bytes.len()
+                )))
+            }
+            Transport::Remote { .. } => MaybeEncoded::Encoded(bytes),
         })
     }
 }

@@ -39,6 +39,11 @@ impl WorkerChannels {
         }
     }
 
+    /// The largest message workers of these settings accept.
+    pub fn max_message_bytes(&self) -> usize {
+        self.security.max_message_bytes
+    }
+
     /// The channel to `url`, opened on first use (with keep-alive and, for `https://`, TLS).
     pub async fn channel(&self, url: &Url) -> Result<Channel> {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
