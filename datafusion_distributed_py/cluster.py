@@ -149,6 +149,8 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE if pipe_stdin else subprocess.DEVNULL,
                 env=env,
+                # `python -m` puts its working directory first on `sys.path`: a neutral one.
+                cwd=self.log_dir,
             )
         finally:
             log.close()
@@ -224,7 +226,10 @@ def _send(proc: subprocess.Popen[bytes], payload: bytes) -> None:
 
 def _parent_path() -> str:
     """This process's import path, so workers import what it can (your script's modules, the
-    modules of UDFs and setup functions), ahead of any PYTHONPATH it was started with."""
-    entries = [os.path.abspath(p or os.curdir) for p in sys.path]
+    modules of UDFs and setup functions), ahead of any PYTHONPATH it was started with; and
+    first of all the directory this package was imported from, so that workers run the very
+    same build (never, say, an unbuilt source checkout in the current directory)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    entries = [here] + [os.path.abspath(p or os.curdir) for p in sys.path]
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join(entries + ([inherited] if inherited else []))

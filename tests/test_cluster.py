@@ -454,3 +454,15 @@ def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
+
+
+def test_local_cluster_started_next_to_a_source_checkout(tmp_path, monkeypatch):
+    """Workers run this very build, not a package of the same name in the working directory
+    (e.g. the project's own unbuilt checkout)."""
+    fake = tmp_path / "datafusion_distributed_py"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the unbuilt source checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    with LocalCluster(1) as c:
+        dctx = DistributedContext(SessionContext(), workers=c)
+        assert dctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]

@@ -33,6 +33,9 @@ pub struct TaskLog {
     /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
     /// with the GIL held (tasks report from runtime threads), so it cannot deadlock with it.
     reporting: Mutex<()>,
+    /// Why a stage's plan could not be sent, if it could not: tasks waiting for that plan
+    /// later fail with a timeout, and this is the cause to report instead.
+    unsent_plan: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -47,7 +50,21 @@ impl TaskLog {
             records: Mutex::default(),
             progress,
             reporting: Mutex::default(),
+            unsent_plan: Mutex::default(),
         }
+    }
+
+    /// Records that a stage's plan could not be sent, and why (the first reason is kept).
+    pub fn plan_not_sent(&self, why: String) {
+        self.unsent_plan
+            .lock()
+            .expect("poisoned")
+            .get_or_insert(why);
+    }
+
+    /// Why a stage's plan could not be sent, if one could not.
+    pub fn unsent_plan(&self) -> Option<String> {
+        self.unsent_plan.lock().expect("poisoned").clone()
     }
 
     pub fn records(&self) -> Vec<TaskRecord> {

@@ -73,6 +73,15 @@ fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
     errors::name_worker(display_url(url), e)
 }
 
+/// An error of a task of this run: when a stage's plan could not be sent, every task waiting
+/// for it fails later with a timeout; the reason the plan was not sent is what to report.
+fn task_error(log: &TaskLog, url: &Url, e: DataFusionError) -> DataFusionError {
+    match log.unsent_plan() {
+        Some(why) => DataFusionError::Execution(why),
+        None => name_worker(url, e),
+    }
+}
+
 impl TrackingChannel {
     /// The plan fragment as this transport sends it.
     fn fragment(
@@ -112,11 +121,13 @@ impl WorkerChannel for TrackingChannel {
         if let MaybeEncoded::Decoded(plan) = set_plan_request.plan {
             set_plan_request.plan = self.fragment(plan, task_ctx).map_err(|e| {
                 // The coordinator reports the first failing task's error only after others
-                // time out waiting for this plan: say it now.
-                log::error!(
+                // time out waiting for this plan: say it now, and keep it as the cause.
+                let why = format!(
                     "cannot send stage plan to worker {}: {e}",
                     display_url(&self.url)
                 );
+                log::error!("{why}");
+                self.log.plan_not_sent(why);
                 e
             })?;
         }
@@ -141,14 +152,14 @@ impl WorkerChannel for TrackingChannel {
             .coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx)
             .await
             .map_err(|e| name_worker(&url, e))?;
-        let log = Arc::clone(&self.log);
+        let (log, errors) = (Arc::clone(&self.log), Arc::clone(&self.log));
         Ok(stream
             .inspect_ok(move |msg| {
                 if let WorkerToCoordinatorMsg::TaskMetrics(m) = msg {
                     log.finished(stage, task, m);
                 }
             })
-            .map_err(move |e| name_worker(&url, e))
+            .map_err(move |e| task_error(&errors, &url, e))
             .boxed())
     }
 
@@ -164,12 +175,12 @@ impl WorkerChannel for TrackingChannel {
             .inner
             .execute_task(headers, request, metrics, task_ctx)
             .await
-            .map_err(|e| name_worker(&url, e))?;
+            .map_err(|e| task_error(&self.log, &url, e))?;
         Ok(streams
             .into_iter()
             .map(|s| {
-                let url = url.clone();
-                s.map_err(move |e| name_worker(&url, e)).boxed()
+                let (url, log) = (url.clone(), Arc::clone(&self.log));
+                s.map_err(move |e| task_error(&log, &url, e)).boxed()
             })
             .collect())
     }
