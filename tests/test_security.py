@@ -281,13 +281,20 @@ def test_plain_and_tls_ends_that_do_not_match_fail_clearly(ctx, tls_cluster, clu
     token = tls_cluster.security.token
     plain_to_tls = [u.replace("https://", "http://") for u in tls_cluster.urls]
     tls_to_plain = [u.replace("http://", "https://") for u in cluster.urls]
+    untrusted = tls_cluster.urls
     cases = [
-        (plain_to_tls, Security(token=token)),
-        (tls_to_plain, Security(token=cluster.security.token, tls_ca=tls_cluster.security.tls_ca)),
+        (plain_to_tls, Security(token=token), "address it as https://"),
+        (
+            tls_to_plain,
+            Security(token=cluster.security.token, tls_ca=tls_cluster.security.tls_ca),
+            "does not serve TLS",
+        ),
+        (untrusted, Security(token=token), "not signed by a CA this side trusts"),
     ]
-    for urls, security in cases:
+    for urls, security, hint in cases:
         start = time.monotonic()
         with pytest.raises(WorkerError) as err:
             DistributedContext(ctx, workers=urls, security=security).sql("SELECT 1").collect()
         assert time.monotonic() - start < 10, "a mismatch must fail, not hang"
         assert urls[0] in str(err.value) or urls[1] in str(err.value)
+        assert hint in str(err.value)

@@ -50,10 +50,11 @@ impl WorkerChannels {
             return Ok(channel.clone());
         }
         let unreachable = |e: tonic::transport::Error| {
+            let cause = with_causes(&e);
             worker_failure(format!(
-                "worker {} is unreachable: {}",
+                "worker {} is unreachable: {cause}{}",
                 display_url(url),
-                with_causes(&e)
+                tls_hint(url, &cause)
             ))
         };
         #[allow(unused_mut)]
@@ -113,6 +114,25 @@ impl ChannelResolver for WorkerChannels {
             }
         };
         Ok(create_worker_client(service))
+    }
+}
+
+/// What a failed connection most likely means when the two ends disagree about TLS. tonic
+/// hands these failures over as opaque transport errors, so their text is all there is.
+pub fn tls_hint(url: &Url, cause: &str) -> &'static str {
+    let https = url.scheme() == "https";
+    if !https && (cause.contains("FRAME_SIZE_ERROR") || cause.contains("h2 protocol error")) {
+        " (does the worker serve TLS? then address it as https:// and give this side the \
+         cluster's Security)"
+    } else if https && (cause.contains("InvalidContentType") || cause.contains("corrupt message")) {
+        " (the worker does not serve TLS: address it as http://)"
+    } else if https
+        && (cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate"))
+    {
+        " (its certificate is not signed by a CA this side trusts: give Security(tls_ca=...) \
+         the cluster's CA, and server_name= if workers are addressed by IP)"
+    } else {
+        ""
     }
 }
 
