@@ -100,7 +100,8 @@ class Security:
     def __post_init__(self) -> None:
         if self.token is not None:
             token = self.token.strip()
-            if not token or any(c.isspace() or not c.isprintable() for c in token):
+            # The same rule as the Rust core's: it goes into an HTTP header as is.
+            if not token or not all(33 <= ord(c) <= 126 for c in token):
                 raise ValueError("Security token must be printable ASCII without spaces")
             object.__setattr__(self, "token", token)
         for name in ("tls_ca", "tls_cert", "tls_key"):

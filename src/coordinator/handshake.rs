@@ -6,7 +6,7 @@ use datafusion_distributed::{ChannelResolver, GetWorkerInfoRequest};
 use url::Url;
 
 use crate::errors::{is_rejected_credentials, is_worker_failure, name_worker, worker_failure};
-use crate::protocol::{display_url, tls_hint, WorkerChannels};
+use crate::protocol::{display_url, unreachable, WorkerChannels};
 use crate::VERSION;
 
 /// How long a worker may take to answer the pre-query handshake.
@@ -30,13 +30,7 @@ pub async fn check_workers(channels: &WorkerChannels, urls: &[Url]) -> Result<()
             Ok(Err(e)) if is_worker_failure(&e) || is_rejected_credentials(&e) => {
                 Err(name_worker(shown, e))
             }
-            Ok(Err(e)) => {
-                let cause = e.find_root().message();
-                Err(worker_failure(format!(
-                    "worker {shown} is unreachable: {cause}{}",
-                    tls_hint(url, &cause)
-                )))
-            }
+            Ok(Err(e)) => Err(unreachable(url, &e.find_root().message())),
             Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
                 "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \
                  {VERSION}; run the same release on the coordinator and every worker",

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion_distributed::grpc::{create_worker_client, BoxCloneSyncChannel};
 use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use tonic::transport::{Channel, Endpoint};
@@ -49,14 +49,7 @@ impl WorkerChannels {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
             return Ok(channel.clone());
         }
-        let unreachable = |e: tonic::transport::Error| {
-            let cause = with_causes(&e);
-            worker_failure(format!(
-                "worker {} is unreachable: {cause}{}",
-                display_url(url),
-                tls_hint(url, &cause)
-            ))
-        };
+        let unreachable = |e: tonic::transport::Error| unreachable(url, &with_causes(&e));
         #[allow(unused_mut)]
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(unreachable)?
@@ -117,9 +110,18 @@ impl ChannelResolver for WorkerChannels {
     }
 }
 
+/// `url`'s worker cannot be reached because of `cause`, with a hint when TLS settings differ.
+pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
+    worker_failure(format!(
+        "worker {} is unreachable: {cause}{}",
+        display_url(url),
+        tls_hint(url, cause)
+    ))
+}
+
 /// What a failed connection most likely means when the two ends disagree about TLS. tonic
 /// hands these failures over as opaque transport errors, so their text is all there is.
-pub fn tls_hint(url: &Url, cause: &str) -> &'static str {
+fn tls_hint(url: &Url, cause: &str) -> &'static str {
     let https = url.scheme() == "https";
     if !https && (cause.contains("FRAME_SIZE_ERROR") || cause.contains("h2 protocol error")) {
         " (does the worker serve TLS? then address it as https:// and give this side the \

@@ -6,7 +6,7 @@ mod in_process;
 mod resolver;
 mod urls;
 
-pub use grpc::{tls_hint, WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+pub use grpc::{unreachable, WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 pub use health::check_health;
 pub use in_process::InProcessChannelResolver;
 pub use resolver::{FixedResolver, Workers};
