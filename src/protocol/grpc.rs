@@ -123,7 +123,16 @@ pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
 /// hands these failures over as opaque transport errors, so their text is all there is.
 fn tls_hint(url: &Url, cause: &str) -> &'static str {
     let https = url.scheme() == "https";
-    if !https && (cause.contains("FRAME_SIZE_ERROR") || cause.contains("h2 protocol error")) {
+    // A TLS server answers an HTTP/2 preface by closing: seen as any of these, by timing.
+    let closed_on_preface = [
+        "FRAME_SIZE_ERROR",
+        "h2 protocol error",
+        "BrokenPipe",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|said| cause.contains(said));
+    if !https && closed_on_preface {
         " (does the worker serve TLS? then address it as https:// and give this side the \
          cluster's Security)"
     } else if https && (cause.contains("InvalidContentType") || cause.contains("corrupt message")) {
