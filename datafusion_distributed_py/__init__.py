@@ -28,8 +28,10 @@ object_stores.install()
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
 from datafusion_distributed_py.context import DistributedContext, MetricsRecord  # noqa: E402
+from datafusion_distributed_py.dataframe import DistributedDataFrame  # noqa: E402
 from datafusion_distributed_py.errors import (  # noqa: E402
     DistributedError,
+    UnsupportedPlanError,
     UnsupportedTableError,
     WorkerError,
 )
@@ -58,12 +60,14 @@ __all__ = [
     "DATAFUSION_MAJOR",
     "DistributedConfig",
     "DistributedContext",
+    "DistributedDataFrame",
     "DistributedError",
     "LocalCluster",
     "MetricsRecord",
     "ProgressEvent",
     "RayCluster",
     "Security",
+    "UnsupportedPlanError",
     "UnsupportedTableError",
     "Worker",
     "WorkerError",

@@ -25,6 +25,12 @@ class DistributedError(Exception):
 class WorkerError(DistributedError):
     """A worker could not be reached, failed, or is incompatible."""
 
+    #: The worker, as ``http://host:port`` (set where one worker is to blame).
+    worker_url: str
+
+class UnsupportedPlanError(DistributedError):
+    """The query's plan cannot be distributed without changing its answer."""
+
 @final
 class Coordinator:
     """Plans distributed queries over a set of workers (embedded or remote)."""
@@ -51,6 +57,7 @@ class Coordinator:
         options: dict[str, str],
         stores: Sequence[_StoreSpec] = ...,
         progress: Callable[[int, int, int, str], None] | None = None,
+        session: object | None = None,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 

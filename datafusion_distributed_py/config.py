@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 Compression = Literal["none", "lz4", "zstd"]
+Fallback = Literal["coordinator", "error"]
 
 #: Our default bytes per file-scan partition. The crate's 16 MiB keeps small tables on one
 #: task; users of ``DistributedContext`` asked for distribution, so we split from 1 MiB on
@@ -19,9 +20,10 @@ DEFAULT_BYTES_PER_PARTITION = 1024 * 1024
 class DistributedConfig:
     """Settings of the distributed planner and runtime (``distributed.*`` options).
 
-    Every field maps to the option ``distributed.<field>`` of the datafusion-distributed
-    crate; ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql`
-    changes the same settings.
+    The planner fields map to the options ``distributed.<field>`` of the
+    datafusion-distributed crate; the others (``fallback``) are this package's own.
+    ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql` changes any
+    of them.
 
     Attributes:
         file_scan_config_bytes_per_partition: bytes of files each scan partition reads; lower
@@ -38,6 +40,11 @@ class DistributedConfig:
         worker_connection_buffer_budget_bytes: buffer per worker connection before pausing.
         dynamic_task_count: size stages at run time from sampled data.
         dynamic_bytes_per_partition: bytes per partition when ``dynamic_task_count`` is on.
+        fallback: what happens to a query that cannot be distributed without changing its
+            answer (a recursive CTE, a table only this process can read, a window modifier
+            DataFusion 55 cannot serialise...): ``"coordinator"`` runs it single-node here
+            and logs a warning naming the reason; ``"error"`` raises
+            :class:`UnsupportedTableError` instead.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -65,6 +72,7 @@ class DistributedConfig:
     worker_connection_buffer_budget_bytes: int = 64 * 1024 * 1024
     dynamic_task_count: bool = False
     dynamic_bytes_per_partition: int = 16 * 1024 * 1024
+    fallback: Fallback = "coordinator"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -89,6 +97,8 @@ class DistributedConfig:
             raise ValueError(
                 f"compression must be one of 'none', 'lz4', 'zstd', got {self.compression!r}"
             )
+        if self.fallback not in ("coordinator", "error"):
+            raise ValueError(f"fallback must be 'coordinator' or 'error', got {self.fallback!r}")
         if self.file_scan_config_bytes_per_partition == 0:
             raise ValueError("file_scan_config_bytes_per_partition must be > 0")
         if self.cardinality_task_count_factor <= 0:
@@ -122,6 +132,8 @@ class DistributedConfig:
         """The settings as ``distributed.*`` option strings, as the Rust planner reads them."""
         out = {}
         for f in fields(self):
+            if f.name in _OWN:
+                continue
             value = getattr(self, f.name)
             text = str(value).lower() if isinstance(value, bool) else str(value)
             out[f"distributed.{f.name}"] = text
@@ -141,7 +153,11 @@ _TYPES: dict[str, type] = {
     "worker_connection_buffer_budget_bytes": int,
     "dynamic_task_count": bool,
     "dynamic_bytes_per_partition": int,
+    "fallback": str,
 }
+
+#: Fields of this package's own, not options of the crate's planner.
+_OWN = frozenset({"fallback"})
 
 
 def _parse(name: str, text: str) -> Any:

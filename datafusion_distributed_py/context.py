@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
@@ -15,7 +17,13 @@ from datafusion.expr import DmlStatement, EmptyRelation, TableScan
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
-from datafusion_distributed_py.errors import UnsupportedTableError
+from datafusion_distributed_py.dataframe import (
+    DistributedDataFrame,
+    Fallback,
+    Source,
+    source_of,
+)
+from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
 
@@ -58,6 +66,8 @@ class MetricsRecord(TypedDict):
         output_bytes: bytes the task produced (None likewise).
         elapsed_compute_ms: compute time of the task (None likewise).
         duration_ms: from sending the task to its end (None if its end was not seen).
+        ran_on: ``"workers"``; ``"coordinator"`` for the one record of a query that could not
+            be distributed and ran single-node (see ``DistributedConfig.fallback``).
     """
 
     stage: int
@@ -68,8 +78,10 @@ class MetricsRecord(TypedDict):
     output_bytes: int | None
     elapsed_compute_ms: float | None
     duration_ms: float | None
+    ran_on: Literal["workers", "coordinator"]
 
 
+_log = logging.getLogger("datafusion_distributed_py")
 _SET_DISTRIBUTED = re.compile(
     r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
 )
@@ -77,7 +89,6 @@ _EXPLAIN = re.compile(
     r"^\s*EXPLAIN\s+(?P<analyze>ANALYZE\s+)?(?:VERBOSE\s+)?(?P<query>.+)$",
     re.IGNORECASE | re.DOTALL,
 )
-_DATAFRAME_PLAN_ATTR = "_datafusion_distributed_plan"
 
 
 def default_worker_count() -> int:
@@ -181,8 +192,12 @@ class DistributedContext:
             return df
         return self.distribute(df)
 
-    def distribute(self, df: DataFrame) -> DataFrame:
+    def distribute(self, df: DataFrame) -> DistributedDataFrame:
         """Return a DataFrame that runs ``df`` (built on ``ctx``) distributed.
+
+        A query that cannot be distributed without changing its answer runs single-node on
+        the coordinator instead, with a logged warning naming why (see
+        ``DistributedConfig.fallback``); ``explain`` and ``metrics`` say so too.
 
         Example:
             >>> from datafusion import SessionContext, col, functions as f
@@ -192,10 +207,10 @@ class DistributedContext:
             >>> dctx.distribute(t.aggregate([col("k")], [f.count(col("k"))])).count()
             2
         """
-        plan = self._plan(df)
-        out = self._ctx.read_table(plan)
-        setattr(out, _DATAFRAME_PLAN_ATTR, plan)
-        return out
+        source = self._source(df)
+        if isinstance(source, Fallback):
+            return DistributedDataFrame(source.df, source)
+        return DistributedDataFrame(self._ctx.read_table(source), source)
 
     def explain(
         self,
@@ -217,10 +232,17 @@ class DistributedContext:
         """
         if format not in ("text", "graphviz"):
             raise ValueError(f"unknown explain format {format!r}: use 'text' or 'graphviz'")
-        plan = self._plan_of(query_or_df)
+        source = self._source_of(query_or_df)
+        if isinstance(source, Fallback):
+            if analyze:
+                source.df.collect()
+            return (
+                "Runs on the coordinator, single-node (not distributed): "
+                f"{source.reason}\n\n{source.df.execution_plan().display_indent()}"
+            )
         if analyze:
-            self._ctx.read_table(plan).collect()
-        return plan.display(format=format, analyze=analyze)
+            self._ctx.read_table(source).collect()
+        return source.display(format=format, analyze=analyze)
 
     def metrics(self, df: DataFrame) -> list[MetricsRecord]:
         """Per-task records of ``df``'s latest run: stage, task, worker URL, output rows and
@@ -235,10 +257,18 @@ class DistributedContext:
             ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'stage',
              'task', 'tasks_in_stage', 'worker_url']
         """
-        plan = _attached_plan(df)
-        if plan is None:
+        source = source_of(df)
+        if source is None:
             raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
-        return plan.task_metrics()
+        if isinstance(source, Fallback):
+            return [
+                MetricsRecord(
+                    stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
+                    output_rows=None, output_bytes=None, elapsed_compute_ms=None,
+                    duration_ms=None, ran_on="coordinator",
+                )
+            ]  # fmt: skip
+        return source.task_metrics()
 
     def metrics_table(self, df: DataFrame) -> pa.Table:
         """:meth:`metrics` as a pyarrow Table."""
@@ -246,7 +276,7 @@ class DistributedContext:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _plan_of(self, query_or_df: str | DataFrame) -> _internal.DistributedPlan:
+    def _source_of(self, query_or_df: str | DataFrame) -> Source:
         if isinstance(query_or_df, str):
             df = self._ctx.sql(query_or_df)
         elif isinstance(query_or_df, DataFrame):
@@ -255,8 +285,21 @@ class DistributedContext:
             raise TypeError(
                 f"expected a SQL string or a datafusion.DataFrame, got {type(query_or_df).__name__}"
             )
-        existing = _attached_plan(df)
-        return existing if existing is not None else self._plan(df)
+        existing = source_of(df)
+        return existing if existing is not None else self._source(df)
+
+    def _source(self, df: DataFrame) -> Source:
+        """Where ``df`` runs: its distributed plan, or the single-node fallback and why."""
+        try:
+            return self._plan(df)
+        except UnsupportedPlanError as e:
+            if self._config.fallback == "error":
+                if isinstance(e, UnsupportedTableError):
+                    raise
+                raise UnsupportedTableError(f"this query cannot be distributed: {e}") from e
+            reason = str(e)
+        _log.warning("this query runs on the coordinator, single-node: %s", reason)
+        return Fallback(reason, df)
 
     def _plan(self, df: DataFrame) -> _internal.DistributedPlan:
         if not isinstance(df, DataFrame):
@@ -265,6 +308,7 @@ class DistributedContext:
         with _planning_settings(self._ctx, session):
             # A DataFrame plans with the settings of its creation: re-create it under ours.
             fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+            _check_result_names(fresh)
             # Planning errors are the query's own: they surface as single-node's would.
             physical = fresh.execution_plan()
             try:
@@ -275,7 +319,9 @@ class DistributedContext:
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(self._progress)
-        return self._coordinator.distribute(plan_bytes, codec, options, stores, report)
+        return self._coordinator.distribute(
+            plan_bytes, codec, options, stores, report, session=self._ctx
+        )
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -329,10 +375,18 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
     )
 
 
-def _attached_plan(df: DataFrame) -> _internal.DistributedPlan | None:
-    """The distributed plan behind a DataFrame this package returned, if it is one."""
-    plan = getattr(df, _DATAFRAME_PLAN_ATTR, None)
-    return plan if isinstance(plan, _internal.DistributedPlan) else None
+def _check_result_names(df: DataFrame) -> None:
+    """Refuse (as not distributable) a result with two columns of one name (``SELECT *`` of a
+    self-join): datafusion-python 55 reads a distributed result through a table provider,
+    whose columns all carry one qualifier, so ``a.id`` and ``b.id`` cannot both be kept."""
+    twice = sorted(n for n, k in Counter(f.name for f in df.schema()).items() if k > 1)
+    if twice:
+        names = ", ".join(repr(n) for n in twice)
+        raise UnsupportedPlanError(
+            f"its result has more than one column named {names}, which a distributed result "
+            "cannot carry through datafusion-python 55 (a table has one name per column); "
+            "give them distinct names (SELECT a.id AS a_id, b.id AS b_id ...) to distribute it"
+        )
 
 
 def _session_options(ctx: SessionContext) -> dict[str, str]:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from datafusion_distributed_py._internal import DistributedError, WorkerError
+from datafusion_distributed_py._internal import (
+    DistributedError,
+    UnsupportedPlanError,
+    WorkerError,
+)
 
 
-class UnsupportedTableError(DistributedError):
-    """A table in the query cannot be shipped to workers (e.g. a pyarrow dataset)."""
+class UnsupportedTableError(UnsupportedPlanError):
+    """The query cannot be distributed (a table only this process can read, such as a pyarrow
+    dataset, or a plan part that cannot travel) and ``DistributedConfig(fallback="error")``
+    asked for a refusal rather than a single-node run."""
 
 
-__all__ = ["DistributedError", "UnsupportedTableError", "WorkerError"]
+__all__ = ["DistributedError", "UnsupportedPlanError", "UnsupportedTableError", "WorkerError"]

@@ -19,6 +19,31 @@ pub fn worker_failure(msg: String) -> DataFusionError {
     DataFusionError::External(Box::new(WorkerFailure(msg)))
 }
 
+/// A plan that cannot be distributed without changing its answer: surfaces in Python as
+/// `UnsupportedPlanError`, on which `DistributedContext` runs the query single-node instead.
+#[derive(Debug)]
+pub struct NotDistributable(pub String);
+
+impl fmt::Display for NotDistributable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotDistributable {}
+
+pub fn not_distributable(msg: String) -> DataFusionError {
+    DataFusionError::External(Box::new(NotDistributable(msg)))
+}
+
+/// Why the plan cannot be distributed, if that is what `err` is at its root.
+pub fn as_not_distributable(err: &DataFusionError) -> Option<&NotDistributable> {
+    match err.find_root() {
+        DataFusionError::External(e) => e.downcast_ref::<NotDistributable>(),
+        _ => None,
+    }
+}
+
 /// The worker failure at the root of `err`, if that is what it is.
 pub fn as_worker_failure(err: &DataFusionError) -> Option<&WorkerFailure> {
     match err.find_root() {
@@ -42,10 +67,45 @@ pub fn is_rejected_credentials(err: &DataFusionError) -> bool {
     }
 }
 
-/// `err`, coming from the worker shown as `worker`, as a failure naming it (once).
+/// An error of the query itself (a bad cast, a UDF's exception) raised on a worker: shown as
+/// the error single-node would give, the worker appended.
+#[derive(Debug)]
+pub struct RaisedOnWorker {
+    pub worker: String,
+    pub err: DataFusionError,
+}
+
+impl fmt::Display for RaisedOnWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (on worker {})", self.err, self.worker)
+    }
+}
+
+impl std::error::Error for RaisedOnWorker {}
+
+/// Whether `err` is the connection to a worker failing (as opposed to an error of the query,
+/// which a worker sends back encoded and the crate decodes to its own kind).
+fn is_transport(err: &DataFusionError) -> bool {
+    match err.find_root() {
+        DataFusionError::External(e) => {
+            e.is::<tonic::Status>()
+                || e.is::<tonic::transport::Error>()
+                || e.is::<std::io::Error>()
+        }
+        _ => false,
+    }
+}
+
+/// `err`, coming from the worker shown as `worker`, naming it (once): a failure of the worker
+/// or its connection becomes a `WorkerFailure`, an error of the query stays what it is.
 pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
     if is_worker_failure(&err) {
         return err;
+    }
+    if let DataFusionError::External(e) = err.find_root() {
+        if e.is::<RaisedOnWorker>() || e.is::<NotDistributable>() {
+            return err;
+        }
     }
     if is_rejected_credentials(&err) {
         return worker_failure(format!(
@@ -53,7 +113,13 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
              token): give this DistributedContext the cluster's Security"
         ));
     }
-    worker_failure(format!("worker {worker} failed: {err}"))
+    if is_transport(&err) {
+        return worker_failure(format!("worker {worker} failed: {err}"));
+    }
+    DataFusionError::External(Box::new(RaisedOnWorker {
+        worker: worker.to_string(),
+        err,
+    }))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! position — `DistributedNodes` (the same node encodings as `DistributedCodec`) at 0 and the
 //! session codec at 1 — but whose position 0 leaves every function that is not built into
 //! DataFusion to the session codec. Workers decode with the crate's own chain.
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use datafusion::common::{not_impl_err, Result};
@@ -23,25 +23,46 @@ use datafusion_proto::physical_plan::{
     ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
 };
 
-/// Names of the functions every DataFusion session has: these travel by name.
-static BUILTIN_FUNCTIONS: LazyLock<HashSet<String>> = LazyLock::new(|| {
+/// The functions every DataFusion session has: these travel by name.
+pub struct Builtins {
+    scalar: HashMap<String, Arc<ScalarUDF>>,
+    aggregate: HashMap<String, Arc<AggregateUDF>>,
+    window: HashMap<String, Arc<WindowUDF>>,
+}
+
+pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
     let state = SessionStateBuilder::new().with_default_features().build();
-    let mut names = HashSet::new();
-    names.extend(state.scalar_functions().keys().cloned());
-    names.extend(state.aggregate_functions().keys().cloned());
-    names.extend(state.window_functions().keys().cloned());
-    names
+    Builtins {
+        scalar: state.scalar_functions().clone(),
+        aggregate: state.aggregate_functions().clone(),
+        window: state.window_functions().clone(),
+    }
 });
+
+impl Builtins {
+    /// Whether `f` is DataFusion's own function of its name. A user's function registered
+    /// under a built-in's name (a Python `upper`) is not: it must travel with its code, or
+    /// workers would run the built-in.
+    pub fn has_scalar(&self, f: &ScalarUDF) -> bool {
+        self.scalar.get(f.name()).is_some_and(|b| **b == *f)
+    }
+
+    pub fn has_aggregate(&self, f: &AggregateUDF) -> bool {
+        self.aggregate.get(f.name()).is_some_and(|b| **b == *f)
+    }
+
+    pub fn has_window(&self, f: &WindowUDF) -> bool {
+        self.window.get(f.name()).is_some_and(|b| **b == *f)
+    }
+}
 
 #[derive(Debug)]
 struct DistributedNodes;
 
-impl DistributedNodes {
-    fn by_name(name: &str) -> Result<()> {
-        match BUILTIN_FUNCTIONS.contains(name) {
-            true => Ok(()),
-            false => not_impl_err!("{name} is not built in: the session codec encodes it"),
-        }
+fn by_name(builtin: bool, name: &str) -> Result<()> {
+    match builtin {
+        true => Ok(()),
+        false => not_impl_err!("{name} is not built in: the session codec encodes it"),
     }
 }
 
@@ -49,22 +70,22 @@ impl PhysicalExtensionCodec for DistributedNodes {
     forward_node_codec!(|_this| DistributedCodec);
 
     fn try_encode_udf(&self, node: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        Self::by_name(node.name())
+        by_name(BUILTINS.has_scalar(node), node.name())
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        Self::by_name(node.name())
+        by_name(BUILTINS.has_aggregate(node), node.name())
     }
 
     fn try_encode_udwf(&self, node: &WindowUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        Self::by_name(node.name())
+        by_name(BUILTINS.has_window(node), node.name())
     }
 }
 
 /// The codec chain for plan fragments: `Composed[DistributedNodes, session codec]`, plus window
 /// functions, which `ComposedPhysicalExtensionCodec` does not handle: they travel by name and
-/// are resolved by the session codec (the user's session registry), as datafusion-python
-/// itself does.
+/// are resolved by the session codec (which remembers their payloads) in this process, and on
+/// worker processes from the query's window-function header (see `window_functions`).
 #[derive(Debug)]
 pub struct FragmentCodec {
     composed: ComposedPhysicalExtensionCodec,

@@ -25,7 +25,7 @@ use super::handshake::check_workers;
 use super::settings::apply_options;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
-use crate::codec::{fragment_codec, memory_tables};
+use crate::codec::{fragment_codec, memory_tables, window_function_headers};
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites;
 use crate::protocol::{FixedResolver, WorkerChannels, Workers};
@@ -49,6 +49,9 @@ pub struct PlanRequest {
     pub stores: Vec<StoreSpec>,
     /// Called with `(stage, done, total, worker_url)` as tasks are sent and finish.
     pub progress: Option<Py<PyAny>>,
+    /// The Python `SessionContext` the plan came from: the session codec reaches its task
+    /// context through a weak FFI reference, so the context must live as long as the plan.
+    pub session: Option<Py<PyAny>>,
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -105,14 +108,19 @@ impl ClusterPlanner {
             .map(|p| Python::attach(|py| p.clone_ref(py)));
         let log = Arc::new(TaskLog::with_progress(progress));
         let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
-        if matches!(self.cluster, Cluster::Remote(..)) && !req.stores.is_empty() {
-            state
-                .config_mut()
-                .set_distributed_passthrough_headers(stores_to_headers(&req.stores))?;
-        }
         let task_ctx = state.task_ctx();
         let plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
+        plan_rewrites::check_nothing_lost(&plan)?;
+        if matches!(self.cluster, Cluster::Remote(..)) {
+            let mut headers = stores_to_headers(&req.stores);
+            headers.extend(window_function_headers(&plan, &*req.codec)?);
+            if !headers.is_empty() {
+                state
+                    .config_mut()
+                    .set_distributed_passthrough_headers(headers)?;
+            }
+        }
         let (plan, task_ctx) = distribute_plan(plan_rewrites::prepare(plan)?, state).await?;
         log::debug!("planned a distributed query over {workers} workers");
         Ok(Planned {

@@ -7,6 +7,9 @@ use datafusion::physical_plan::ExecutionPlan;
 
 mod cooperative;
 mod generate_series;
+mod lost_in_transit;
+
+pub use lost_in_transit::check_nothing_lost;
 
 /// `plan` as the distributed planner should see it.
 pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {

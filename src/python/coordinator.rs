@@ -69,7 +69,9 @@ impl Coordinator {
     /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
     /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
     /// `stores` are `(url, kind, options)` of the session's object stores.
-    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![], progress = None))]
+    /// `session` is kept alive with the plan (the codec needs its task context).
+    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![], progress = None, session = None))]
+    #[allow(clippy::too_many_arguments)]
     fn distribute(
         &self,
         py: Python<'_>,
@@ -78,6 +80,7 @@ impl Coordinator {
         options: HashMap<String, String>,
         stores: Vec<(String, String, BTreeMap<String, String>)>,
         progress: Option<Py<PyAny>>,
+        session: Option<Py<PyAny>>,
     ) -> PyResult<DistributedPlan> {
         let request = Arc::new(PlanRequest {
             plan_bytes,
@@ -85,6 +88,7 @@ impl Coordinator {
             options,
             stores: stores.into_iter().map(StoreSpec::from).collect(),
             progress,
+            session,
         });
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);

@@ -4,7 +4,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-use crate::errors::as_worker_failure;
+use crate::errors::{as_not_distributable, as_worker_failure};
 
 create_exception!(
     _internal,
@@ -19,17 +19,31 @@ create_exception!(
     "A worker could not be reached, failed, or is incompatible."
 );
 
+create_exception!(
+    _internal,
+    UnsupportedPlanError,
+    DistributedError,
+    "The query's plan cannot be distributed without changing its answer."
+);
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DistributedError", m.py().get_type::<DistributedError>())?;
     m.add("WorkerError", m.py().get_type::<WorkerError>())?;
+    m.add(
+        "UnsupportedPlanError",
+        m.py().get_type::<UnsupportedPlanError>(),
+    )?;
     Ok(())
 }
 
 /// Maps a DataFusion error to a Python exception, keeping DataFusion's message.
 pub fn to_py_err(err: DataFusionError) -> PyErr {
-    match as_worker_failure(&err) {
-        // The failure's own words, without DataFusion's "External error: " prefix.
-        Some(failure) => WorkerError::new_err(failure.to_string()),
-        None => DistributedError::new_err(err.to_string()),
+    // The failure's own words, without DataFusion's "External error: " prefix.
+    if let Some(failure) = as_worker_failure(&err) {
+        return WorkerError::new_err(failure.to_string());
     }
+    if let Some(why) = as_not_distributable(&err) {
+        return UnsupportedPlanError::new_err(why.to_string());
+    }
+    DistributedError::new_err(err.to_string())
 }

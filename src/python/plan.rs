@@ -128,6 +128,7 @@ fn metrics_record<'py>(py: Python<'py>, r: &TaskRecord) -> PyResult<Bound<'py, P
     d.set_item("task", r.task)?;
     d.set_item("tasks_in_stage", r.task_count)?;
     d.set_item("worker_url", display_url(&r.url))?;
+    d.set_item("ran_on", "workers")?;
     d.set_item("output_rows", r.output_rows)?;
     d.set_item("output_bytes", r.output_bytes)?;
     d.set_item(

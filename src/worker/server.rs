@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use super::stores::WorkerStores;
+use crate::codec::register_window_functions;
 use super::task_cache;
 use crate::object_stores::StoreSpec;
 use crate::protocol::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
@@ -71,9 +72,12 @@ pub fn build_worker(
             let channels = channels.clone();
             // The coordinator names the object stores the query reads in a header.
             let runtime = stores.runtime_for(&qctx.headers);
+            let mut builder = qctx.builder;
+            // The query's own window functions travel in a header (see `window_functions`).
+            let registered = register_window_functions(&mut builder, &qctx.headers, &*codec);
             async move {
-                Ok(qctx
-                    .builder
+                registered?;
+                Ok(builder
                     .with_runtime_env(runtime?)
                     .with_distributed_user_codec_arc(codec)
                     .with_distributed_channel_resolver(channels)

@@ -1,0 +1,81 @@
+//! What DataFusion 55's physical-plan serialisation drops without an error, found before a
+//! plan is distributed, so such a query runs single-node (the caller's fallback) instead of
+//! giving wrong rows.
+//!
+//! datafusion-proto 55 writes no `FILTER (WHERE ...)` of a window aggregate, no `IGNORE NULLS`
+//! of a window function (`lag`, `first_value`, ...), and no grouping set that has no columns
+//! (`GROUP BY GROUPING SETS (())`). The plan datafusion-python hands us has already lost them,
+//! and every hop to a worker would lose them again. The window expression's name still says
+//! what was written (it is the logical expression's display), and grouping sets over no column are
+//! recognised by their shape: both are checked here.
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::Result;
+use datafusion::physical_expr::window::{
+    PlainAggregateWindowExpr, SlidingAggregateWindowExpr, StandardWindowExpr, WindowExpr,
+};
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::errors::not_distributable;
+
+const IGNORE_NULLS: &str = " IGNORE NULLS";
+const FILTER: &str = " FILTER (WHERE ";
+
+/// Fails (as not distributable, naming what) when `plan` lost a modifier in serialisation.
+pub fn check_nothing_lost(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    let mut lost = None;
+    plan.apply(|node| {
+        lost = lost_in_window(node.as_ref()).or_else(|| lost_in_grouping(node.as_ref()));
+        Ok(match lost {
+            Some(_) => TreeNodeRecursion::Stop,
+            None => TreeNodeRecursion::Continue,
+        })
+    })?;
+    match lost {
+        Some(what) => Err(not_distributable(format!(
+            "{what}, which DataFusion 55 cannot send to workers (its plan serialisation drops it)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
+    let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        w.window_expr()
+    } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
+        w.window_expr()
+    } else {
+        return None;
+    };
+    exprs.iter().find_map(|expr| {
+        let name = expr.name();
+        let any = expr.as_any();
+        // What a decoded expression can still carry: the protobuf has an `ignore_nulls` for
+        // window aggregates only, and no filter at all.
+        let ignores_nulls = if let Some(e) = any.downcast_ref::<PlainAggregateWindowExpr>() {
+            e.get_aggregate_expr().ignore_nulls()
+        } else if let Some(e) = any.downcast_ref::<SlidingAggregateWindowExpr>() {
+            e.get_aggregate_expr().ignore_nulls()
+        } else {
+            !any.is::<StandardWindowExpr>()
+        };
+        if name.contains(IGNORE_NULLS) && !ignores_nulls {
+            Some(format!("the window function `{name}` uses IGNORE NULLS"))
+        } else if name.contains(FILTER) {
+            Some(format!("the window function `{name}` uses FILTER (WHERE ...)"))
+        } else {
+            None
+        }
+    })
+}
+
+fn lost_in_grouping(node: &dyn ExecutionPlan) -> Option<String> {
+    let group_by = node.downcast_ref::<AggregateExec>()?.group_expr();
+    // The protobuf writes grouping sets as one flag per column and set: with no columns, it
+    // writes nothing, and the decoded aggregate has no set at all (so it outputs no row).
+    (group_by.has_grouping_set() && group_by.expr().is_empty())
+        .then(|| "the query groups by an empty grouping set (GROUPING SETS (()))".to_string())
+}
