@@ -28,7 +28,7 @@ object_stores.install()
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
 from datafusion_distributed_py.context import DistributedContext, MetricsRecord  # noqa: E402
-from datafusion_distributed_py.dataframe import DistributedDataFrame  # noqa: E402
+from datafusion_distributed_py.dataframe import ran_on  # noqa: E402
 from datafusion_distributed_py.errors import (  # noqa: E402
     DistributedError,
     UnsupportedPlanError,
@@ -60,7 +60,6 @@ __all__ = [
     "DATAFUSION_MAJOR",
     "DistributedConfig",
     "DistributedContext",
-    "DistributedDataFrame",
     "DistributedError",
     "LocalCluster",
     "MetricsRecord",
@@ -73,4 +72,5 @@ __all__ = [
     "WorkerError",
     "__version__",
     "dns_workers",
+    "ran_on",
 ]

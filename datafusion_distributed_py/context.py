@@ -17,12 +17,7 @@ from datafusion.expr import DmlStatement, EmptyRelation, TableScan
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
-from datafusion_distributed_py.dataframe import (
-    DistributedDataFrame,
-    Fallback,
-    Source,
-    source_of,
-)
+from datafusion_distributed_py.dataframe import Fallback, Source, distributed_frame, source_of
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
@@ -192,7 +187,7 @@ class DistributedContext:
             return df
         return self.distribute(df)
 
-    def distribute(self, df: DataFrame) -> DistributedDataFrame:
+    def distribute(self, df: DataFrame) -> DataFrame:
         """Return a DataFrame that runs ``df`` (built on ``ctx``) distributed.
 
         A query that cannot be distributed without changing its answer runs single-node on
@@ -209,8 +204,10 @@ class DistributedContext:
         """
         source = self._source(df)
         if isinstance(source, Fallback):
-            return DistributedDataFrame(source.df, source)
-        return DistributedDataFrame(self._ctx.read_table(source), source)
+            # A frame of its own: the caller's df stays as it was.
+            own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+            return distributed_frame(own, source)
+        return distributed_frame(self._ctx.read_table(source), source)
 
     def explain(
         self,

@@ -1,7 +1,7 @@
-"""``DistributedDataFrame``: the ``datafusion.DataFrame`` that :class:`DistributedContext` returns.
+"""The ``datafusion.DataFrame`` objects :class:`DistributedContext` returns.
 
-It is an ordinary ``datafusion.DataFrame`` (every method, ``isinstance`` included) that keeps
-two things the plain class cannot:
+They are plain ``datafusion.DataFrame`` objects (``type(df) is DataFrame``) whose methods are
+wrapped on the instance, to keep two things the plain class cannot:
 
 * **where it runs** — the distributed plan, or the reason it runs single-node on the
   coordinator (the fallback) — also for the frames derived from it (``df.filter(...)``), so
@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 import re
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from datafusion import DataFrame, RecordBatch
+from datafusion import DataFrame
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.errors import WorkerError
@@ -74,78 +74,59 @@ def translate(err: Exception) -> Exception | None:
         return None
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _translating(method: _F) -> _F:
-    """``method`` with its errors translated and the DataFrames it returns kept distributed."""
+def _translating(df: DataFrame, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` bound to ``df``, with errors translated and the DataFrames it returns kept
+    distributed."""
 
     @functools.wraps(method)
-    def wrapper(self: DistributedDataFrame, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            out = method(self, *args, **kwargs)
+            out = method(df, *args, **kwargs)
         except Exception as e:
             clean = translate(e)
             if clean is None:
                 raise
             raise clean from None
-        if type(out) is DataFrame:
-            return DistributedDataFrame(out, self._dfdpy_source)
+        if isinstance(out, DataFrame):
+            return distributed_frame(out, df._dfdpy_source)  # type: ignore[attr-defined]
         return out
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
-class DistributedDataFrame(DataFrame):
-    """A ``datafusion.DataFrame`` whose query runs on workers (or, said, on the coordinator).
+#: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
+#: as ``__repr__``, cannot be replaced on one instance).
+_METHODS = {
+    name: member
+    for name, member in vars(DataFrame).items()
+    if isinstance(member, types.FunctionType) and not name.startswith("_")
+}
 
-    Returned by :meth:`DistributedContext.sql` and :meth:`DistributedContext.distribute`;
-    use it as any DataFrame.
+
+def distributed_frame(df: DataFrame, source: Source) -> DataFrame:
+    """``df`` — still exactly a ``datafusion.DataFrame`` — knowing where it runs, its errors
+    given as single-node gives them, and the frames derived from it likewise.
 
     Example:
-        >>> from datafusion import SessionContext, DataFrame
+        >>> from datafusion import SessionContext, DataFrame, col
         >>> from datafusion_distributed_py import DistributedContext
         >>> df = DistributedContext(SessionContext()).sql("SELECT 1 AS x")
-        >>> isinstance(df, DataFrame), df.filter(df["x"] > 0).count()
-        (True, 1)
+        >>> type(df) is DataFrame, df.filter(col("x") > 0).count(), ran_on(df)
+        (True, 1, 'workers')
     """
-
-    def __init__(self, df: DataFrame, source: Source) -> None:
-        super().__init__(df.df)
-        self._dfdpy_source = source
-
-    @property
-    def ran_on(self) -> str:
-        """``"workers"``, or ``"coordinator"`` when the query could not be distributed."""
-        return "coordinator" if isinstance(self._dfdpy_source, Fallback) else "workers"
-
-    def __iter__(self) -> Iterator[RecordBatch]:
-        iterator = super().__iter__()
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            except Exception as e:
-                clean = translate(e)
-                if clean is None:
-                    raise
-                raise clean from None
-            yield batch
+    df._dfdpy_source = source  # type: ignore[attr-defined]
+    for name, method in _METHODS.items():
+        setattr(df, name, _translating(df, method))
+    return df
 
 
-# Every public method, and the special methods Python calls on the type, translate errors.
-for _name, _member in list(vars(DataFrame).items()):
-    if not isinstance(_member, types.FunctionType) or _name == "__iter__":
-        continue
-    if _name.startswith("_") and _name not in (
-        "__getitem__",
-        "__repr__",
-        "_repr_html_",
-        "__arrow_c_stream__",
-    ):
-        continue
-    setattr(DistributedDataFrame, _name, _translating(_member))
+def ran_on(df: DataFrame) -> str | None:
+    """``"workers"``, ``"coordinator"`` (a query that fell back to single-node), or None for
+    a DataFrame this package did not return."""
+    source = source_of(df)
+    if source is None:
+        return None
+    return "coordinator" if isinstance(source, Fallback) else "workers"
 
 
 def source_of(df: DataFrame) -> Source | None:

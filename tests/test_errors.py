@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
@@ -12,6 +14,7 @@ from datafusion_distributed_py import (
     DistributedContext,
     DistributedError,
     UnsupportedTableError,
+    ran_on,
 )
 from datafusion_distributed_py._compat import check_datafusion_major
 
@@ -71,11 +74,24 @@ def test_sql_error_keeps_datafusion_message(dctx):
         dctx.sql("SELECT no_such_column FROM nation")
 
 
+STRICT = DistributedConfig(fallback="error")
+
+
+def test_pyarrow_dataset_table_runs_single_node_with_a_warning(caplog):
+    ctx = SessionContext()
+    ctx.register_dataset("pads", ds.dataset(pa.table({"a": [1, 2, 3]})))
+    with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
+        df = DistributedContext(ctx).sql("SELECT sum(a) AS s FROM pads")
+    assert "pads" in caplog.text and "pyarrow dataset" in caplog.text
+    assert ran_on(df) == "coordinator"
+    assert df.to_pylist() == [{"s": 6}]
+
+
 def test_pyarrow_dataset_table_is_refused_with_its_name(tmp_path):
     ctx = SessionContext()
     ctx.register_dataset("pads", ds.dataset(pa.table({"a": [1, 2, 3]})))
     ctx.from_pydict({"a": [1, 2]}, name="other_t")
-    dctx = DistributedContext(ctx)
+    dctx = DistributedContext(ctx, config=STRICT)
     with pytest.raises(UnsupportedTableError, match="(?s)pads.*pyarrow dataset"):
         dctx.sql("SELECT sum(a) FROM pads")
     assert issubclass(UnsupportedTableError, DistributedError)
@@ -103,10 +119,13 @@ def test_config_validation():
 def test_insert_into_memory_table_is_refused_with_its_name():
     ctx = SessionContext()
     ctx.sql("CREATE TABLE mem_t AS SELECT 1 AS a")
-    dctx = DistributedContext(ctx)
+    dctx = DistributedContext(ctx, config=STRICT)
     with pytest.raises(UnsupportedTableError, match=r"(?s)mem_t.*INSERT INTO"):
         dctx.sql("INSERT INTO mem_t VALUES (2)")
     assert ctx.sql("SELECT count(*) AS n FROM mem_t").to_pylist() == [{"n": 1}]
+    # By default it runs single-node, once.
+    DistributedContext(ctx).sql("INSERT INTO mem_t VALUES (2)").collect()
+    assert ctx.sql("SELECT count(*) AS n FROM mem_t").to_pylist() == [{"n": 2}]
 
 
 def test_table_provider_from_another_ffi_library_is_refused_with_its_name():
@@ -114,16 +133,15 @@ def test_table_provider_from_another_ffi_library_is_refused_with_its_name():
     # of this package, registered as a table) has no codec that can ship it to workers.
     ctx = SessionContext()
     ctx.from_pydict({"a": [1, 2, 3]}, name="base")
-    plan = (
-        DistributedContext(ctx)
-        .sql("SELECT a FROM base")
-        .__dict__.get("_datafusion_distributed_plan")
-    )
+    plan = DistributedContext(ctx).sql("SELECT a FROM base").__dict__.get("_dfdpy_source")
     assert plan is not None
     ctx.register_table("foreign_t", plan)
     assert ctx.sql("SELECT sum(a) AS s FROM foreign_t").to_pylist() == [{"s": 6}]
     with pytest.raises(UnsupportedTableError, match="foreign_t"):
-        DistributedContext(ctx).sql("SELECT sum(a) AS s FROM foreign_t")
+        DistributedContext(ctx, config=STRICT).sql("SELECT sum(a) AS s FROM foreign_t")
+    assert DistributedContext(ctx).sql("SELECT sum(a) AS s FROM foreign_t").to_pylist() == [
+        {"s": 6}
+    ]
 
 
 def test_worker_stop_takes_any_drain_time():

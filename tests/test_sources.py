@@ -117,7 +117,7 @@ def test_avro_is_refused_with_the_table_name(tmp_path, mode):
     d = write_files(tmp_path, "avro")
     ctx = SessionContext()
     ctx.register_avro("t", str(d) + "/")
-    dctx = DistributedContext(ctx, workers=mode, config=TINY)
+    dctx = DistributedContext(ctx, workers=mode, config=TINY.replace(fallback="error"))
     with pytest.raises(UnsupportedTableError, match=r"(?s)Avro.*\bt\b|\bt\b.*Avro"):
         dctx.sql(GROUPED)
     # single-node still works, and the error says how to get a distributable copy

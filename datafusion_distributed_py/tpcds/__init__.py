@@ -1,0 +1,77 @@
+"""TPC-DS data and queries, from DuckDB's ``tpcds`` extension (``pip install
+'datafusion-distributed-py[tpcds]'``: ``duckdb`` with ``duckdb-extension-tpcds``, both from
+PyPI), for the tests and the benchmarks. Nothing generated is committed.
+
+Example:
+    >>> from datafusion_distributed_py import tpcds
+    >>> len(tpcds.TABLES), tpcds.QUERIES[0], tpcds.QUERIES[-1]
+    (24, 1, 99)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from datafusion import SessionContext
+
+TABLES = (
+    "call_center", "catalog_page", "catalog_returns", "catalog_sales", "customer",
+    "customer_address", "customer_demographics", "date_dim", "household_demographics",
+    "income_band", "inventory", "item", "promotion", "reason", "ship_mode", "store",
+    "store_returns", "store_sales", "time_dim", "warehouse", "web_page", "web_returns",
+    "web_sales", "web_site",
+)  # fmt: skip
+QUERIES = tuple(range(1, 100))
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+        import duckdb_extensions
+    except ImportError as e:
+        raise RuntimeError(
+            "TPC-DS data comes from DuckDB's dsdgen: pip install duckdb "
+            "duckdb-extension-tpcds duckdb-extensions (matching versions)"
+        ) from e
+    duckdb_extensions.import_extension("tpcds")
+    con = duckdb.connect()
+    con.sql("LOAD tpcds")
+    return con
+
+
+def generate(out_dir: str | os.PathLike[str], scale_factor: float = 0.1) -> Path:
+    """Write the TPC-DS tables as parquet under ``out_dir/<table>.parquet`` and the 99 queries
+    (DuckDB's text) to ``out_dir/queries.json``. Reuses a complete earlier run."""
+    out = Path(out_dir)
+    marker = out / f".complete-sf{scale_factor}"
+    if marker.exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    con = _duckdb()
+    con.sql(f"CALL dsdgen(sf={scale_factor})")
+    for table in TABLES:
+        con.sql(f"COPY {table} TO '{out / table}.parquet' (FORMAT parquet)")
+    queries = dict(con.sql("SELECT query_nr, query FROM tpcds_queries()").fetchall())
+    (out / "queries.json").write_text(json.dumps({str(k): v for k, v in queries.items()}))
+    marker.touch()
+    return out
+
+
+def query(data_dir: str | os.PathLike[str], n: int) -> str:
+    """The SQL text of TPC-DS query ``n`` (1..99), as written by :func:`generate`."""
+    if n not in QUERIES:
+        raise ValueError(f"TPC-DS has queries 1..99, not {n}")
+    queries = json.loads((Path(data_dir) / "queries.json").read_text())
+    return str(queries[str(n)])
+
+
+def register(ctx: SessionContext, data_dir: str | os.PathLike[str]) -> None:
+    """Register every TPC-DS table under ``data_dir`` on ``ctx`` as a parquet table."""
+    for table in TABLES:
+        path = Path(data_dir) / f"{table}.parquet"
+        if not path.exists():
+            raise FileNotFoundError(f"missing TPC-DS table {path}")
+        ctx.register_parquet(table, str(path))

@@ -1,0 +1,286 @@
+"""Each class of query that once gave another answer than single-node (issue 11), compared
+with single-node ``datafusion`` on the embedded cluster and on worker processes."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from datafusion import SessionContext, udf, udwf
+from datafusion.user_defined import WindowEvaluator
+
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    UnsupportedTableError,
+    ran_on,
+)
+from datafusion_distributed_py.differential import compare
+from datafusion_distributed_py.testing import is_distributed
+
+
+class Enumerate(WindowEvaluator):
+    """A Python window function: the row's position in its partition."""
+
+    def evaluate_all(self, values: list[pa.Array], num_rows: int) -> pa.Array:
+        return pa.array(range(num_rows), pa.int64())
+
+
+def python_lower(a: pa.Array) -> pa.Array:
+    return pc.utf8_lower(a)
+
+
+def session() -> SessionContext:
+    ctx = SessionContext()
+    ctx.from_pydict(
+        {
+            "id": [1, 2, 3, 4, 5, 6],
+            "a": [None, 1, None, 3, None, 5],
+            "c1": [1, 1, 2, 2, 3, 3],
+            "c2": [1, 2, 3, 1, 2, 3],
+            "x": ["p", None, "Q", "r", None, "S"],
+        },
+        name="t",
+    )
+    ctx.from_arrow(
+        pa.table({"h": pa.array([1.5, 2.5, 3.5, None], pa.float16()), "k": [1, 1, 2, 2]}),
+        name="f16",
+    )
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def cluster() -> LocalCluster:
+    with LocalCluster(2) as c:
+        yield c
+
+
+@pytest.fixture(params=["embedded", "workers"])
+def both(request: pytest.FixtureRequest) -> tuple[SessionContext, DistributedContext]:
+    ctx = session()
+    workers = request.getfixturevalue("cluster") if request.param == "workers" else None
+    return ctx, DistributedContext(ctx, workers=workers)
+
+
+def assert_same(ctx: SessionContext, dctx: DistributedContext, sql: str) -> None:
+    outcome = compare(ctx, dctx, sql)
+    assert outcome.verdict == "equal", outcome.detail
+
+
+WINDOW_MODIFIERS = [
+    "SELECT id, lag(a) IGNORE NULLS OVER (ORDER BY id) AS l FROM t",
+    "SELECT id, lag(x, 2, 'def') IGNORE NULLS OVER (ORDER BY id) AS l FROM t",
+    "SELECT id, FIRST_VALUE(a) IGNORE NULLS OVER (ORDER BY id) AS f FROM t",
+    "SELECT c1, c2, SUM(c2) FILTER (WHERE c2 >= 2) OVER (ORDER BY c1, c2 ROWS BETWEEN "
+    "UNBOUNDED PRECEDING AND CURRENT ROW) AS s FROM t",
+    "SELECT count(*) FILTER (WHERE NULL) OVER () AS c FROM t",
+    "SELECT c2, NTH_VALUE(c2, 2) OVER (ORDER BY c2 DESC) AS n FROM t",
+    "SELECT id, NTH_VALUE(a, 2) IGNORE NULLS OVER (ORDER BY id) AS n FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", WINDOW_MODIFIERS)
+def test_window_modifiers_keep_their_meaning(both, sql):
+    assert_same(*both, sql)
+
+
+def test_lost_window_modifier_runs_single_node_with_a_warning(both, caplog):
+    ctx, dctx = both
+    with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
+        df = dctx.sql(WINDOW_MODIFIERS[0])
+    assert "IGNORE NULLS" in caplog.text and "coordinator" in caplog.text
+    assert ran_on(df) == "coordinator"
+    assert df.to_arrow_table() == ctx.sql(WINDOW_MODIFIERS[0]).to_arrow_table()
+    assert "Runs on the coordinator" in dctx.explain(df)
+    assert [m["ran_on"] for m in dctx.metrics(df)] == ["coordinator"]
+
+
+def test_window_without_lost_modifiers_is_distributed(both):
+    ctx, dctx = both
+    sql = "SELECT id, lag(a) OVER (ORDER BY id) AS l, sum(a) OVER (PARTITION BY c1) AS s FROM t"
+    df = dctx.sql(sql)
+    assert ran_on(df) == "workers"
+    assert is_distributed(dctx.explain(df))
+    assert_same(ctx, dctx, sql)
+    df.collect()
+    assert {m["ran_on"] for m in dctx.metrics(df)} == {"workers"}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t GROUP BY GROUPING SETS (())",
+        "SELECT c1, COUNT(*) FROM t GROUP BY GROUPING SETS ((), (c1))",
+        "SELECT c1, c2, sum(a) FROM t GROUP BY CUBE (c1, c2)",
+        "SELECT c1, c2, sum(a) FROM t GROUP BY ROLLUP (c1, c2)",
+    ],
+)
+def test_grouping_sets(both, sql):
+    assert_same(*both, sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, sum(h) AS s, avg(h) AS a, min(h) AS m, max(h) AS x FROM f16 GROUP BY k",
+        "SELECT f.k, f.h, g.h FROM f16 f JOIN f16 g ON f.h = g.h",
+        "SELECT arrow_typeof(h), count(*) FROM f16 GROUP BY arrow_typeof(h)",
+    ],
+)
+def test_float16_keeps_its_type(both, sql):
+    assert_same(*both, sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT NULL AS n, id FROM t WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.id = t.id)",
+        "SELECT n FROM (SELECT NULL AS n, id FROM t) s WHERE EXISTS "
+        "(SELECT 1 FROM t t2 WHERE t2.c1 = s.id)",
+        "SELECT c1, NULL AS n FROM t GROUP BY c1",
+    ],
+)
+def test_null_typed_columns_stay_null_typed(both, sql):
+    assert_same(*both, sql)
+
+
+def test_python_udf_under_a_builtin_name_runs_the_users_function(both):
+    ctx, dctx = both
+    ctx.register_udf(udf(python_lower, [pa.string()], pa.string(), "immutable", name="upper"))
+    sql = "SELECT id, upper(x) AS u FROM t"
+    assert ctx.sql(sql + " ORDER BY id").to_pydict()["u"] == ["p", None, "q", "r", None, "s"]
+    assert_same(ctx, dctx, sql)
+
+
+def test_python_window_udf_runs_on_workers(both):
+    ctx, dctx = both
+    ctx.register_udwf(udwf(Enumerate, [pa.int64()], pa.int64(), "immutable", name="enumerate"))
+    sql = "SELECT id, c1, enumerate(id) OVER (PARTITION BY c1 ORDER BY id) AS e FROM t"
+    df = dctx.sql(sql)
+    assert ran_on(df) == "workers"
+    assert_same(ctx, dctx, sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM t a JOIN t b ON a.id = b.id",
+        "SELECT a.c1, b.c1 FROM t a CROSS JOIN t b",
+        "SELECT * FROM t a JOIN t b USING (id)",
+        "SELECT a.id, b.id FROM t a JOIN t b ON a.id > b.id",
+    ],
+)
+def test_repeated_column_names(both, sql):
+    assert_same(*both, sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5) "
+        "SELECT * FROM r",
+        "SELECT * FROM (SELECT c1, c2, ROW_NUMBER() OVER (PARTITION BY c1 ORDER BY c2) AS rn "
+        "FROM t) WHERE rn <= 1",
+        "SELECT t1.id AS l, t2.id AS r FROM t t1 JOIN t t2 ON t1.id > t2.id",
+        "SELECT t1.id AS l, t2.c1 AS r FROM t t1 LEFT JOIN t t2 ON t1.id < t2.c1 AND t2.c2 = 2",
+    ],
+)
+def test_once_refused_queries_answer(both, sql):
+    assert_same(*both, sql)
+
+
+def test_unbounded_table_answers(tmp_path: Path):
+    data = tmp_path / "s.csv"
+    data.write_text("a,b\n1,x\n2,y\n3,z\n")
+    ctx = SessionContext()
+    ctx.sql(
+        f"CREATE UNBOUNDED EXTERNAL TABLE s (a INT, b VARCHAR) STORED AS CSV LOCATION '{data}' "
+        "OPTIONS ('format.has_header' 'true')"
+    ).collect()
+    assert_same(ctx, DistributedContext(ctx), "SELECT a, b FROM s WHERE a > 1")
+
+
+def test_fallback_error_keeps_the_strict_refusal():
+    ctx = session()
+    dctx = DistributedContext(ctx, config=DistributedConfig(fallback="error"))
+    with pytest.raises(UnsupportedTableError, match="IGNORE NULLS"):
+        dctx.sql(WINDOW_MODIFIERS[0])
+    with pytest.raises(UnsupportedTableError):
+        dctx.sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+                 "SELECT * FROM r")  # fmt: skip
+    dctx.sql("SET distributed.fallback = 'coordinator'")
+    assert dctx.sql(WINDOW_MODIFIERS[0]).count() == 6
+
+
+def test_errors_read_as_single_node(both):
+    ctx, dctx = both
+    for sql in ["SELECT cast(x AS int) FROM t", "SELECT 1 / (id - id) FROM t"]:
+        with pytest.raises(Exception) as single:
+            ctx.sql(sql).collect()
+        with pytest.raises(Exception) as distributed:
+            dctx.sql(sql).collect()
+        assert type(distributed.value) is type(single.value)
+        text = str(distributed.value)
+        assert text.startswith(str(single.value)), (text, str(single.value))
+        assert "FFI error" not in text and "External error" not in text
+        assert "on worker" in text
+
+
+def test_constant_cast_error_is_the_cast_error():
+    ctx = SessionContext()
+    with pytest.raises(Exception) as single:
+        ctx.sql("SELECT cast('x' AS int)").collect()
+    with pytest.raises(Exception) as distributed:
+        DistributedContext(ctx).sql("SELECT cast('x' AS int)").collect()
+    assert type(distributed.value) is type(single.value)
+    assert str(distributed.value).startswith(str(single.value))
+
+
+def test_frame_outlives_its_unreferenced_session():
+    def make():
+        return DistributedContext(SessionContext()).sql("SELECT 1 AS x")
+
+    df = make()
+    gc.collect()
+    assert df.to_pydict() == {"x": [1]}
+
+
+def test_concurrent_queries_creating_views(tpch_dir: Path):
+    from datafusion_distributed_py import tpch
+
+    errors: list[BaseException] = []
+    results: list[pa.Table] = []
+
+    def run(i: int) -> None:
+        try:
+            ctx = SessionContext()
+            tpch.register(ctx, tpch_dir)
+            dctx = DistributedContext(ctx)
+            ctx.sql(
+                f"CREATE VIEW revenue{i} AS SELECT l_suppkey AS supplier_no, "
+                "sum(l_extendedprice * (1 - l_discount)) AS total_revenue FROM lineitem "
+                "GROUP BY l_suppkey"
+            ).collect()
+            results.append(
+                dctx.sql(
+                    f"SELECT s_suppkey, total_revenue FROM supplier, revenue{i} "
+                    f"WHERE s_suppkey = supplier_no AND total_revenue = "
+                    f"(SELECT max(total_revenue) FROM revenue{i}) ORDER BY s_suppkey"
+                ).to_arrow_table()
+            )
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors, errors
+    assert len(results) == 4 and all(r == results[0] for r in results)
