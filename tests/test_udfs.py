@@ -76,7 +76,7 @@ def test_udf_whose_module_workers_cannot_import_fails_clearly(ctx, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with cli_worker(cwd=tmp_path, env=env) as (_, url):
         dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
-        with pytest.raises(Exception, match=r"(?s)worker http://127\.0\.0\.1:\d+.*test_udfs"):
+        with pytest.raises(Exception, match=r"(?s)test_udfs.*worker http://127\.0\.0\.1:\d+"):
             dctx.sql("SELECT sum(dbl(l_orderkey)) AS s FROM lineitem").collect()
 
 

@@ -8,11 +8,13 @@ use datafusion::physical_plan::ExecutionPlan;
 mod cooperative;
 mod generate_series;
 mod lost_in_transit;
+mod window_sorts;
 
 pub use lost_in_transit::check_nothing_lost;
 
 /// `plan` as the distributed planner should see it.
 pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = generate_series::repair_series_scans(plan)?;
+    let plan = window_sorts::sort_all_partition_columns(plan)?;
     cooperative::yield_after_amplifiers(plan)
 }
