@@ -11,7 +11,7 @@ from conftest import SPLIT_CONFIG, assert_same_rows, cli_worker
 from datafusion import Accumulator, SessionContext, udaf, udf, udwf
 from datafusion.user_defined import WindowEvaluator
 
-from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on
 
 
 def _pid(x: pa.Array) -> pa.Array:
@@ -121,13 +121,13 @@ def test_udwf_on_embedded_cluster(ctx):
     assert_same_rows(dctx.sql(WINDOW).to_arrow_table(), ctx.sql(WINDOW).to_arrow_table(), True)
 
 
-def test_udwf_on_worker_processes_fails_clearly(ctx, cluster):
-    """datafusion-distributed 4's worker codec chain cannot decode window UDFs: a Python
-    UDWF is refused with its name (documented limitation), never silently run elsewhere."""
+def test_udwf_on_worker_processes(ctx, cluster):
+    """A Python window UDF runs on worker processes (its payload travels in a request header,
+    since datafusion-proto's codec chain never decodes window functions)."""
     register(ctx)
     dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
-    with pytest.raises(Exception, match="my_rn"):
-        dctx.sql(WINDOW).collect()
+    assert ran_on(dctx.sql(WINDOW)) == "workers"
+    assert_same_rows(dctx.sql(WINDOW).to_arrow_table(), ctx.sql(WINDOW).to_arrow_table(), True)
 
 
 def test_udf_importing_a_module_available_on_workers(ctx, cluster, tmp_path, monkeypatch):

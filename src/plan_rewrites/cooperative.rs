@@ -9,7 +9,6 @@
 //! the coordinator uses to read their metrics.
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::joins::{
@@ -17,20 +16,45 @@ use datafusion::physical_plan::joins::{
     SymmetricHashJoinExec,
 };
 use datafusion::physical_plan::unnest::UnnestExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::ExecutionPlan;
 
-/// `plan` with a [`CooperativeExec`] above each join and unnest.
+/// Plan nodes a path from the root may have once wrapped. Plans travel as protobuf, which
+/// decodes at most 100 nested messages (prost's limit; two per plan node, more for
+/// expressions): a wrapper that would take a path past this is left out, the upper ones first
+/// kept (TPC-DS q64 has fifteen joins on one path).
+const MAX_DEPTH: usize = 40;
+
+/// `plan` with a [`CooperativeExec`] above each join and unnest, as depth allows.
 pub fn yield_after_amplifiers(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
-        if amplifies(node.as_ref()) {
-            Ok(Transformed::yes(
-                Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>
-            ))
-        } else {
-            Ok(Transformed::no(node))
+    wrap(plan, 0)
+}
+
+/// `node` (with `above` nodes above it) with wrappers above its amplifiers, those that keep
+/// every path within [`MAX_DEPTH`].
+fn wrap(node: Arc<dyn ExecutionPlan>, above: usize) -> Result<Arc<dyn ExecutionPlan>> {
+    let here = amplifies(node.as_ref()) && above + 1 + height(node.as_ref()) <= MAX_DEPTH;
+    let below = above + 1 + usize::from(here);
+    let children = node.children().into_iter().cloned().collect::<Vec<_>>();
+    let node = match children.is_empty() {
+        true => node,
+        false => {
+            let wrapped = children
+                .into_iter()
+                .map(|c| wrap(c, below))
+                .collect::<Result<Vec<_>>>()?;
+            replace_children_if_necessary(node, wrapped)?
         }
+    };
+    Ok(match here {
+        true => Arc::new(CooperativeExec::new(node)),
+        false => node,
     })
-    .map(|t| t.data)
+}
+
+/// Nodes on the longest path from `node` down to a leaf.
+fn height(node: &dyn ExecutionPlan) -> usize {
+    1 + node.children().iter().map(|c| height(c.as_ref())).max().unwrap_or(0)
 }
 
 /// Operators that may return more batches than they receive.
