@@ -85,9 +85,7 @@ def window_query(draw: st.DrawFn) -> str:
     # Order by a unique key last, so that single-node's answer is deterministic.
     order = draw(st.sampled_from(["ORDER BY id", "ORDER BY k, id", "ORDER BY v DESC, id"]))
     table_name = draw(st.sampled_from(["t1", "t2"]))
-    return (
-        f"SELECT id, {fn}{modifier} OVER ({partition}{order} {frame}) AS w FROM {table_name}"
-    )
+    return f"SELECT id, {fn}{modifier} OVER ({partition}{order} {frame}) AS w FROM {table_name}"
 
 
 @st.composite
