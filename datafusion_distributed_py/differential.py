@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import re
@@ -34,9 +35,10 @@ from datafusion import SessionContext
 from datafusion_distributed_py.context import DistributedContext
 from datafusion_distributed_py.dataframe import source_of
 
-#: equal: same rows (or the same error); error: single-node answered, distributed raised;
-#: wrong: both answered, differently (or distributed answered where single-node raised).
-Verdict = Literal["equal", "error", "wrong"]
+#: equal: same rows; error: single-node answered, distributed raised; wrong: both answered,
+#: differently (or distributed answered where single-node raised); both-raised: no answer to
+#: compare (the query fails single-node too).
+Verdict = Literal["equal", "error", "wrong", "both-raised"]
 
 # Statements change the session: they run once, on ctx, and are not compared.
 _READS = re.compile(r"^\s*(\(\s*)*(SELECT|WITH|VALUES|TABLE)\b", re.IGNORECASE)
@@ -50,7 +52,7 @@ class Outcome:
 
     Attributes:
         sql: the query.
-        verdict: "equal", "error" or "wrong" (see :data:`Verdict`).
+        verdict: "equal", "error", "wrong" or "both-raised" (see :data:`Verdict`).
         fallback: the distributed run fell back to single-node on the coordinator.
         detail: what differed, for a verdict other than "equal".
     """
@@ -124,10 +126,18 @@ def compare(ctx: SessionContext, dctx: DistributedContext, sql: str) -> Outcome:
     return Outcome(sql, verdict, fallback, detail)
 
 
+def _message(err: Exception) -> str:
+    """An error's first line, without the worker it was raised on."""
+    first = str(err).split("\n", 1)[0]
+    return re.sub(r" \(on worker \S+\)$", "", first)
+
+
 def _verdict(expected: pa.Table | Exception, got: pa.Table | Exception) -> tuple[Verdict, str]:
     if isinstance(expected, Exception):
         if isinstance(got, Exception):
-            return "equal", ""
+            if _message(got) != _message(expected):
+                return "wrong", f"raised {_message(got)!r}, single-node {_message(expected)!r}"
+            return "both-raised", ""
         return "wrong", f"single-node raised {expected!s:.200}, distributed answered"
     if isinstance(got, Exception):
         return "error", f"{type(got).__name__}: {got!s:.300}"
@@ -144,28 +154,97 @@ def _verdict(expected: pa.Table | Exception, got: pa.Table | Exception) -> tuple
 
 
 def compare_ordered(ctx: SessionContext, dctx: DistributedContext, sql: str) -> Outcome:
-    """:func:`compare`, and rows in single-node's order where the query orders them at the
-    top and single-node's order is stable (the same in two runs)."""
+    """:func:`compare`, and, where the query orders its rows at the top, rows in an order its
+    ORDER BY allows (rows that tie on the keys may come in any order)."""
     outcome = compare(ctx, dctx, sql)
     if outcome.verdict != "equal" or not _ordered(sql):
         return outcome
     try:
-        first = _rows(ctx.sql(sql).to_arrow_table())
-        second = _rows(ctx.sql(sql).to_arrow_table())
-        got = _rows(dctx.sql(sql).to_arrow_table())
+        got = dctx.sql(sql).to_arrow_table()
     except Exception:  # errors were compared already
         return outcome
-    if first == second and got != first and not _ties_only(got, first):
+    # The leading keys that are output columns (none when the first is an expression or a
+    # qualified name: then only the rows were compared).
+    keys = _order_keys(sql, got.schema.names)
+    if keys and not _sorted_by(got, keys):
         outcome.verdict, outcome.detail = "wrong", "rows in another order than ORDER BY's"
     return outcome
 
 
-def _ties_only(got: list[tuple[object, ...]], want: list[tuple[object, ...]]) -> bool:
-    """Whether two orders of the same rows differ only among rows that are equal in their
-    first column (ORDER BY keys are usually leading; ties may come in any order)."""
-    if len(got) != len(want):
-        return False
-    return [r[:1] for r in got] == [r[:1] for r in want]
+#: One ORDER BY key as understood here: output column, descending, nulls first.
+_Key = tuple[int, bool, bool]
+
+
+def _order_keys(sql: str, names: list[str]) -> list[_Key] | None:
+    """The leading top-level ORDER BY keys of ``sql`` that are output columns (up to the
+    first that is an expression or names no single output column)."""
+    tail = sql[sql.rfind(")") + 1 :] if ")" in sql else sql
+    m = list(re.finditer(r"\bORDER\s+BY\b", tail, re.IGNORECASE))
+    if not m:
+        return None
+    clause = re.split(r"\b(?:LIMIT|OFFSET)\b", tail[m[-1].end() :], flags=re.IGNORECASE)[0]
+    keys: list[_Key] = []
+    lowered = [n.lower() for n in names]
+    for part in clause.strip().rstrip(";").split(","):
+        words = part.split()
+        if not words:
+            return None
+        name = words[0].strip('"').lower()
+        rest = " ".join(words[1:]).upper()
+        desc = rest.startswith("DESC")
+        nulls_first = "NULLS FIRST" in rest or (desc and "NULLS LAST" not in rest)
+        if name.isdigit() and 0 < int(name) <= len(names):
+            index = int(name) - 1
+        elif lowered.count(name) == 1:
+            index = lowered.index(name)
+        else:
+            break
+        if rest.replace("DESC", "").replace("ASC", "").replace("NULLS FIRST", "").replace(
+            "NULLS LAST", ""
+        ).strip():
+            break
+        keys.append((index, desc, nulls_first))
+    return keys
+
+
+def _sorted_by(table: pa.Table, keys: list[_Key]) -> bool:
+    """Whether ``table``'s rows are in the order ``keys`` ask for."""
+    columns = [table.column(i).to_pylist() for i, _, _ in keys]
+
+    def key_of(row: int) -> list[tuple[int, object]]:
+        out = []
+        for (_, desc, nulls_first), col in zip(keys, columns, strict=True):
+            v = col[row]
+            if isinstance(v, float):  # NaN sorts after every number, as in DataFusion
+                v = (math.isnan(v), 0.0 if math.isnan(v) else v)
+            if v is None:
+                out.append((0 if nulls_first else 1, 0))
+            else:
+                out.append((1 if nulls_first else 0, _Desc(v) if desc else v))
+        return out
+
+    try:
+        return all(key_of(i) <= key_of(i + 1) for i in range(table.num_rows - 1))
+    except TypeError:  # values Python cannot order (structs, maps): not checked
+        return True
+
+
+class _Desc:
+    """A value ordered the other way round."""
+
+    def __init__(self, v: object) -> None:
+        self.v = v
+
+    def __lt__(self, other: _Desc) -> bool:
+        return other.v < self.v  # type: ignore[operator]
+
+    def __le__(self, other: _Desc) -> bool:
+        return other.v <= self.v  # type: ignore[operator]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.v == other.v
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 # -- sqllogictest files ----------------------------------------------------------------
@@ -243,6 +322,19 @@ def _relocate(sql: str, data_dir: Path) -> str:
     )
 
 
+def _modernize(sql: str) -> str:
+    """Older corpus files' ``WITH HEADER ROW`` (gone from DataFusion's SQL) as the option it
+    became."""
+    if not re.search(r"\bWITH\s+HEADER\s+ROW\b", sql, re.IGNORECASE):
+        return sql
+    sql = re.sub(r"\s*\bWITH\s+HEADER\s+ROW\b", "", sql, flags=re.IGNORECASE).rstrip().rstrip(";")
+    if re.search(r"\bOPTIONS\s*\(", sql, re.IGNORECASE):
+        return re.sub(
+            r"\bOPTIONS\s*\(", "OPTIONS ('format.has_header' 'true', ", sql, flags=re.IGNORECASE
+        )
+    return f"{sql} OPTIONS ('format.has_header' 'true')"
+
+
 def new_session() -> SessionContext:
     """A session configured as DataFusion's sqllogictest runner configures its own."""
     from datafusion import SessionConfig
@@ -261,14 +353,19 @@ def run_slt(
 
     Statements run once, on the shared session; each query is compared by
     :func:`compare_ordered`. ``skip`` maps SQL text (stripped) to the reason it is not
-    compared (a result that is nondeterministic single-node).
+    compared (a result that is nondeterministic single-node); by default the entries for
+    ``path`` in ``denylist.json`` beside its folder (``{file name: {sql: reason}}``).
     """
+    if skip is None:
+        denylist = path.parent.parent / "denylist.json"
+        if denylist.exists():
+            skip = json.loads(denylist.read_text()).get(path.name, {})
     ctx = new_session()
     dctx = (dctx_for or DistributedContext)(ctx, workers=workers)  # type: ignore[arg-type]
     data_dir = data_dir or path.parent.parent / "data"
     report = FileReport(path)
     for record in parse_slt(path.read_text(encoding="utf-8")):
-        sql = _relocate(record.sql, data_dir)
+        sql = _modernize(_relocate(record.sql, data_dir))
         reads = _READS.match(sql) is not None and not _EXPLAIN.match(sql)
         if record.kind == "statement" or not reads:
             # Statements that fail single-node fail in the corpus too.

@@ -82,6 +82,11 @@ WINDOW_MODIFIERS = [
     "SELECT count(*) FILTER (WHERE NULL) OVER () AS c FROM t",
     "SELECT c2, NTH_VALUE(c2, 2) OVER (ORDER BY c2 DESC) AS n FROM t",
     "SELECT id, NTH_VALUE(a, 2) IGNORE NULLS OVER (ORDER BY id) AS n FROM t",
+    # Windows the planner reverses to share one sort with another window.
+    "SELECT id, lag(id, 2, 99) OVER (ORDER BY id ASC) AS l, lead(id, 2, 99) OVER (ORDER BY id "
+    "DESC ROWS BETWEEN 10 PRECEDING AND 1 FOLLOWING) AS d FROM t",
+    "SELECT id, NTH_VALUE(id, 2) OVER (ORDER BY id DESC) AS n, first_value(id) OVER "
+    "(ORDER BY id) AS f, last_value(a) OVER (ORDER BY id DESC) AS la FROM t",
 ]
 
 

@@ -3,10 +3,11 @@
 //! giving wrong rows.
 //!
 //! datafusion-proto 55 writes no `FILTER (WHERE ...)` of a window aggregate, no `IGNORE NULLS`
-//! of a window function (`lag`, `first_value`, ...), and no grouping set that has no columns
+//! of a window function (`lag`, `first_value`, ...), nothing of a window function the planner
+//! reversed (to read an input sorted the other way), and no grouping set that has no columns
 //! (`GROUP BY GROUPING SETS (())`). The plan datafusion-python hands us has already lost them,
-//! and every hop to a worker would lose them again. The window expression's name still says
-//! what was written (it is the logical expression's display), and grouping sets over no column are
+//! and every hop to a worker would lose them again. A window expression's name still says what
+//! was written (it is the logical expression's display), and grouping sets over no column are
 //! recognised by their shape: both are checked here.
 use std::sync::Arc;
 
@@ -62,7 +63,11 @@ fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
         } else {
             !any.is::<StandardWindowExpr>()
         };
-        if name.contains(IGNORE_NULLS) && !ignores_nulls {
+        if any.is::<StandardWindowExpr>() && planned_in_reverse(expr.as_ref()) {
+            Some(format!(
+                "the window function `{name}` is planned to run over its input in reverse order"
+            ))
+        } else if name.contains(IGNORE_NULLS) && !ignores_nulls {
             Some(format!("the window function `{name}` uses IGNORE NULLS"))
         } else if name.contains(FILTER) {
             Some(format!("the window function `{name}` uses FILTER (WHERE ...)"))
@@ -70,6 +75,44 @@ fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
             None
         }
     })
+}
+
+/// Whether a window function was reversed by the planner (to read an input sorted the other
+/// way): its ORDER BY runs against the one in its name. The protobuf does not carry the
+/// reversal flag of `WindowUDFExpr` (`lag` then reads as `lead`, `nth_value` counts from the
+/// other end). When the name's directions cannot be read, it is taken as reversed.
+fn planned_in_reverse(expr: &dyn WindowExpr) -> bool {
+    let order_by = expr.order_by();
+    if order_by.is_empty() {
+        return false;
+    }
+    let named: Vec<(bool, bool)> = expr
+        .name()
+        .split(" NULLS ")
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter_map(|w| {
+            let desc = if w[0].ends_with(" DESC") {
+                true
+            } else if w[0].ends_with(" ASC") {
+                false
+            } else {
+                return None;
+            };
+            let nulls_first = w[1].starts_with("FIRST");
+            (nulls_first || w[1].starts_with("LAST")).then_some((desc, nulls_first))
+        })
+        .collect();
+    if named.len() < order_by.len() {
+        return true;
+    }
+    let actual = order_by
+        .iter()
+        .map(|s| (s.options.descending, s.options.nulls_first));
+    !named[named.len() - order_by.len()..]
+        .iter()
+        .copied()
+        .eq(actual)
 }
 
 fn lost_in_grouping(node: &dyn ExecutionPlan) -> Option<String> {
