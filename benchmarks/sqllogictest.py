@@ -25,6 +25,7 @@ from datafusion_distributed_py.differential import Outcome, run_slt
 CORPUS = Path(__file__).parent.parent / "tests" / "sqllogictest"
 RESULTS = Path(__file__).parent / "results"
 
+
 def summary(outcomes: list[Outcome]) -> str:
     counts = Counter(o.verdict for o in outcomes)
     comparable = len(outcomes) - counts["both-raised"]

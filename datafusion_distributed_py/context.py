@@ -251,8 +251,8 @@ class DistributedContext:
             >>> df = dctx.sql("SELECT 1 AS x")
             >>> _ = df.collect()
             >>> sorted(dctx.metrics(df)[0])  # doctest: +NORMALIZE_WHITESPACE
-            ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'stage',
-             'task', 'tasks_in_stage', 'worker_url']
+            ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'ran_on',
+             'stage', 'task', 'tasks_in_stage', 'worker_url']
         """
         source = source_of(df)
         if source is None:

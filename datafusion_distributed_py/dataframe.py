@@ -53,7 +53,7 @@ _WORKER_FAILURE = re.compile(r"^worker (?P<url>[a-z+]+://\S+) ")
 def worker_error(message: str, url: str) -> WorkerError:
     """A :class:`WorkerError` with its ``worker_url`` attribute set."""
     err = WorkerError(message)
-    err.worker_url = url  # type: ignore[attr-defined]
+    err.worker_url = url
     return err
 
 

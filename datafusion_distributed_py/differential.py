@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 from datafusion import SessionContext
@@ -199,9 +199,13 @@ def _order_keys(sql: str, names: list[str]) -> list[_Key] | None:
             index = lowered.index(name)
         else:
             break
-        if rest.replace("DESC", "").replace("ASC", "").replace("NULLS FIRST", "").replace(
-            "NULLS LAST", ""
-        ).strip():
+        if (
+            rest.replace("DESC", "")
+            .replace("ASC", "")
+            .replace("NULLS FIRST", "")
+            .replace("NULLS LAST", "")
+            .strip()
+        ):
             break
         keys.append((index, desc, nulls_first))
     return keys
@@ -211,8 +215,8 @@ def _sorted_by(table: pa.Table, keys: list[_Key]) -> bool:
     """Whether ``table``'s rows are in the order ``keys`` ask for."""
     columns = [table.column(i).to_pylist() for i, _, _ in keys]
 
-    def key_of(row: int) -> list[tuple[int, object]]:
-        out = []
+    def key_of(row: int) -> list[tuple[int, Any]]:
+        out: list[tuple[int, Any]] = []
         for (_, desc, nulls_first), col in zip(keys, columns, strict=True):
             v = col[row]
             if isinstance(v, float):  # NaN sorts after every number, as in DataFusion
@@ -236,10 +240,10 @@ class _Desc:
         self.v = v
 
     def __lt__(self, other: _Desc) -> bool:
-        return other.v < self.v  # type: ignore[operator]
+        return bool(other.v < self.v)  # type: ignore[operator]
 
     def __le__(self, other: _Desc) -> bool:
-        return other.v <= self.v  # type: ignore[operator]
+        return bool(other.v <= self.v)  # type: ignore[operator]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Desc) and self.v == other.v

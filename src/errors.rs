@@ -88,9 +88,7 @@ impl std::error::Error for RaisedOnWorker {}
 fn is_transport(err: &DataFusionError) -> bool {
     match err.find_root() {
         DataFusionError::External(e) => {
-            e.is::<tonic::Status>()
-                || e.is::<tonic::transport::Error>()
-                || e.is::<std::io::Error>()
+            e.is::<tonic::Status>() || e.is::<tonic::transport::Error>() || e.is::<std::io::Error>()
         }
         _ => false,
     }

@@ -139,3 +139,47 @@ pub fn decode_fragment(
     let converter = DeduplicatingProtoConverter::default();
     physical_plan_from_bytes_with_proto_converter(bytes, ctx, codec, &converter)
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature};
+
+    use super::*;
+
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct MyUpper(Signature);
+
+    impl ScalarUDFImpl for MyUpper {
+        fn name(&self) -> &str {
+            "upper"
+        }
+        fn signature(&self) -> &Signature {
+            &self.0
+        }
+        fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+            Ok(DataType::Utf8)
+        }
+        fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
+            unimplemented!()
+        }
+    }
+
+    #[test]
+    fn only_datafusions_own_function_travels_by_name() {
+        let builtin = datafusion::functions::string::upper();
+        assert!(BUILTINS.has_scalar(&builtin));
+        let users = ScalarUDF::new_from_impl(MyUpper(Signature::any(
+            1,
+            datafusion::logical_expr::Volatility::Immutable,
+        )));
+        assert_eq!(users.name(), "upper");
+        assert!(!BUILTINS.has_scalar(&users));
+        assert!(DistributedNodes
+            .try_encode_udf(&users, &mut vec![])
+            .is_err());
+        assert!(DistributedNodes
+            .try_encode_udf(&builtin, &mut vec![])
+            .is_ok());
+    }
+}

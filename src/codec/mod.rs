@@ -37,4 +37,6 @@ mod window_functions;
 
 pub use fragment::{decode_fragment, encode_fragment, fragment_codec, FragmentCodec};
 pub use session::SessionCodec;
-pub use window_functions::{register_from_headers as register_window_functions, to_headers as window_function_headers};
+pub use window_functions::{
+    register_from_headers as register_window_functions, to_headers as window_function_headers,
+};

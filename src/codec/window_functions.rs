@@ -30,8 +30,7 @@ pub const WINDOW_FUNCTIONS_HEADER: &str = "x-dfdpy-window-functions";
 fn own_window_functions(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<WindowUDF>>> {
     let mut found = Vec::new();
     plan.apply(|node| {
-        let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>()
-        {
+        let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
             w.window_expr()
         } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
             w.window_expr()
@@ -42,7 +41,11 @@ fn own_window_functions(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<WindowU
             let udwf = expr
                 .as_any()
                 .downcast_ref::<StandardWindowExpr>()
-                .and_then(|s| s.get_standard_func_expr().as_any().downcast_ref::<WindowUDFExpr>());
+                .and_then(|s| {
+                    s.get_standard_func_expr()
+                        .as_any()
+                        .downcast_ref::<WindowUDFExpr>()
+                });
             if let Some(f) = udwf.map(WindowUDFExpr::fun) {
                 if !BUILTINS.has_window(f) {
                     found.push(Arc::clone(f));

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PiecewiseMergeJoinExec, SortMergeJoinExec,
     SymmetricHashJoinExec,
 };
 use datafusion::physical_plan::unnest::UnnestExec;
-use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// Plan nodes a path from the root may have once wrapped. Plans travel as protobuf, which
@@ -54,7 +54,12 @@ fn wrap(node: Arc<dyn ExecutionPlan>, above: usize) -> Result<Arc<dyn ExecutionP
 
 /// Nodes on the longest path from `node` down to a leaf.
 fn height(node: &dyn ExecutionPlan) -> usize {
-    1 + node.children().iter().map(|c| height(c.as_ref())).max().unwrap_or(0)
+    1 + node
+        .children()
+        .iter()
+        .map(|c| height(c.as_ref()))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Operators that may return more batches than they receive.

@@ -70,7 +70,9 @@ fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
         } else if name.contains(IGNORE_NULLS) && !ignores_nulls {
             Some(format!("the window function `{name}` uses IGNORE NULLS"))
         } else if name.contains(FILTER) {
-            Some(format!("the window function `{name}` uses FILTER (WHERE ...)"))
+            Some(format!(
+                "the window function `{name}` uses FILTER (WHERE ...)"
+            ))
         } else {
             None
         }
@@ -121,4 +123,51 @@ fn lost_in_grouping(node: &dyn ExecutionPlan) -> Option<String> {
     // writes nothing, and the decoded aggregate has no set at all (so it outputs no row).
     (group_by.has_grouping_set() && group_by.expr().is_empty())
         .then(|| "the query groups by an empty grouping set (GROUPING SETS (()))".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    async fn plan(sql: &str) -> Arc<dyn ExecutionPlan> {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (id INT, a INT) AS VALUES (1, NULL), (2, 5), (3, NULL)")
+            .await
+            .unwrap();
+        ctx.sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
+    }
+
+    async fn lost(sql: &str) -> Option<String> {
+        check_nothing_lost(&plan(sql).await)
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn modifiers_serialisation_drops_are_found() {
+        let ignore = lost("SELECT lag(a) IGNORE NULLS OVER (ORDER BY id) FROM t").await;
+        assert!(ignore.unwrap().contains("IGNORE NULLS"));
+        let filter = lost("SELECT sum(a) FILTER (WHERE a > 1) OVER (ORDER BY id) FROM t").await;
+        assert!(filter.unwrap().contains("FILTER"));
+        let empty = lost("SELECT count(*) FROM t GROUP BY GROUPING SETS (())").await;
+        assert!(empty.unwrap().contains("GROUPING SETS"));
+    }
+
+    #[tokio::test]
+    async fn plain_windows_and_groupings_pass() {
+        for sql in [
+            "SELECT lag(a) OVER (ORDER BY id), sum(a) OVER (PARTITION BY id) FROM t",
+            "SELECT id, count(*) FROM t GROUP BY GROUPING SETS ((), (id))",
+            "SELECT nth_value(a, 2) OVER (ORDER BY id DESC) FROM t",
+        ] {
+            assert_eq!(lost(sql).await, None, "{sql}");
+        }
+    }
 }

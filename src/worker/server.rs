@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use super::stores::WorkerStores;
-use crate::codec::register_window_functions;
 use super::task_cache;
+use crate::codec::register_window_functions;
 use crate::object_stores::StoreSpec;
 use crate::protocol::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::security::{Security, TokenCheck};
