@@ -56,8 +56,11 @@ class Coordinator:
         codec: object,
         options: dict[str, str],
         stores: Sequence[_StoreSpec] = ...,
-        progress: Callable[[int, int, int, str], None] | None = None,
+        progress: Callable[[int, int, int, str, int, str], None] | None = None,
         session: object | None = None,
+        min_workers: int = 1,
+        max_retries: int = 1,
+        writes: bool = False,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 
@@ -79,6 +82,9 @@ class DistributedPlan:
 
     def task_metrics(self) -> list[MetricsRecord]:
         """Per-task records of the latest run, once every worker has reported."""
+
+    def set_retries(self, on: bool) -> None:
+        """Lets a lost worker cost a retry of the query (default), or not (while writing)."""
 
     def __datafusion_table_provider__(self, session: object) -> object:
         """The FFI table-provider capsule (``ctx.read_table(plan)``)."""

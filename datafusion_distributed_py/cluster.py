@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,10 @@ from datafusion_distributed_py.security import Security
 
 #: Seconds a worker process may take to print its URL.
 START_TIMEOUT = 60.0
+#: Seconds between checks that every worker process is alive.
+RESTART_POLL = 0.2
+
+_log = logging.getLogger("datafusion_distributed_py")
 
 
 class LocalCluster:
@@ -45,6 +51,9 @@ class LocalCluster:
         memory_limit: per worker, bytes (or ``"500MB"``) its queries may hold before they
             spill to disk.
         spill_dir: where workers write spill files.
+        restart: restart a worker process that dies (on a new port; :attr:`urls` follows,
+            and a ``DistributedContext`` on this cluster uses the new URL from its next
+            query), as Dask's nanny does. ``False`` leaves it dead.
 
     Example:
         >>> from datafusion import SessionContext
@@ -64,6 +73,7 @@ class LocalCluster:
         security: bool | Security = True,
         memory_limit: int | str | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
+        restart: bool = True,
         _report_versions: list[str | None] | None = None,
     ) -> None:
         from datafusion_distributed_py.context import default_worker_count
@@ -104,10 +114,15 @@ class LocalCluster:
         self.processes: list[subprocess.Popen[bytes]] = []
         #: The workers' URLs, in the order of :attr:`processes`.
         self.urls: list[str] = []
-        versions = _report_versions or [None] * n
+        #: Worker processes restarted after they died.
+        self.restarts = 0
+        self._setup, self._pickled = setup, pickled
+        self._versions = _report_versions or [None] * n
+        self._closing = threading.Event()
+        self._watcher: threading.Thread | None = None
         try:
             for i in range(n):
-                self.processes.append(self._spawn(i, setup, versions[i], pickled is not None))
+                self.processes.append(self._spawn(i, setup, self._versions[i], pickled is not None))
             if pickled is not None:
                 for p in self.processes:
                     _send(p, pickled)
@@ -115,6 +130,33 @@ class LocalCluster:
         except BaseException:
             self.close()
             raise
+        if restart:
+            self._watcher = threading.Thread(target=self._watch, name="dfdpy-nanny", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Restart each worker process that exits, until :meth:`close`."""
+        while not self._closing.wait(RESTART_POLL):
+            for i, proc in enumerate(list(self.processes)):
+                if proc.poll() is None or self._closing.is_set():
+                    continue
+                old = self.urls[i]
+                try:
+                    new = self._spawn(i, self._setup, self._versions[i], self._pickled is not None)
+                    if self._pickled is not None:
+                        _send(new, self._pickled)
+                    url = self._wait_ready(i, new)
+                except Exception as e:  # tried again at the next poll
+                    _log.warning("worker %d (%s) died and could not be restarted: %s", i, old, e)
+                    continue
+                self.processes[i] = new
+                # A new list: readers see the old URLs or the new ones, never half of each.
+                self.urls = [*self.urls[:i], url, *self.urls[i + 1 :]]
+                self.restarts += 1
+                _log.warning(
+                    "worker %d (%s) exited with code %s; restarted as %s",
+                    i, old, proc.returncode, url,
+                )  # fmt: skip
 
     def _log_path(self, i: int) -> Path:
         return self.log_dir / f"worker-{i}.log"
@@ -181,6 +223,7 @@ class LocalCluster:
     def close(self, timeout: float = 10.0) -> None:
         """Stop every worker (SIGTERM, then SIGKILL after ``timeout`` seconds), and remove
         :attr:`log_dir` if this cluster created it."""
+        self._stop_watching()
         for p in self.processes:
             if p.poll() is None:
                 p.terminate()
@@ -192,6 +235,14 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self._remove_log_dir()
+
+    def _stop_watching(self) -> None:
+        closing: threading.Event | None = getattr(self, "_closing", None)
+        if closing is not None:
+            closing.set()
+        watcher: threading.Thread | None = getattr(self, "_watcher", None)
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(START_TIMEOUT)
 
     def _remove_log_dir(self) -> None:
         if getattr(self, "_owns_log_dir", False):
@@ -205,6 +256,9 @@ class LocalCluster:
         self.close()
 
     def __del__(self) -> None:
+        closing: threading.Event | None = getattr(self, "_closing", None)
+        if closing is not None:
+            closing.set()
         procs: list[subprocess.Popen[bytes]] = getattr(self, "processes", [])
         for p in procs:
             if p.poll() is None:

@@ -21,7 +21,8 @@ class DistributedConfig:
     """Settings of the distributed planner and runtime (``distributed.*`` options).
 
     The planner fields map to the options ``distributed.<field>`` of the
-    datafusion-distributed crate; the others (``fallback``) are this package's own.
+    datafusion-distributed crate; the others (``min_workers``, ``max_retries``, ``fallback``)
+    are this package's own.
     ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql` changes any
     of them.
 
@@ -40,6 +41,11 @@ class DistributedConfig:
         worker_connection_buffer_budget_bytes: buffer per worker connection before pausing.
         dynamic_task_count: size stages at run time from sampled data.
         dynamic_bytes_per_partition: bytes per partition when ``dynamic_task_count`` is on.
+        min_workers: fewer reachable workers than this fails a query; unreachable workers are
+            otherwise left out (with a warning) and asked again later.
+        max_retries: times a query runs again, on the workers left, when a worker is lost
+            (dies, freezes, becomes unreachable) before its first batch reached you; never
+            for writes, errors of the query itself or refused credentials.
         fallback: what happens to a query that cannot be distributed without changing its
             answer (a recursive CTE, a table only this process can read, a window modifier
             DataFusion 55 cannot serialise...): ``"coordinator"`` runs it single-node here
@@ -72,6 +78,8 @@ class DistributedConfig:
     worker_connection_buffer_budget_bytes: int = 64 * 1024 * 1024
     dynamic_task_count: bool = False
     dynamic_bytes_per_partition: int = 16 * 1024 * 1024
+    min_workers: int = 1
+    max_retries: int = 1
     fallback: Fallback = "coordinator"
 
     def __post_init__(self) -> None:
@@ -99,6 +107,8 @@ class DistributedConfig:
             )
         if self.fallback not in ("coordinator", "error"):
             raise ValueError(f"fallback must be 'coordinator' or 'error', got {self.fallback!r}")
+        if self.min_workers == 0:
+            raise ValueError("min_workers must be >= 1")
         if self.file_scan_config_bytes_per_partition == 0:
             raise ValueError("file_scan_config_bytes_per_partition must be > 0")
         if self.cardinality_task_count_factor <= 0:
@@ -153,11 +163,13 @@ _TYPES: dict[str, type] = {
     "worker_connection_buffer_budget_bytes": int,
     "dynamic_task_count": bool,
     "dynamic_bytes_per_partition": int,
+    "min_workers": int,
+    "max_retries": int,
     "fallback": str,
 }
 
 #: Fields of this package's own, not options of the crate's planner.
-_OWN = frozenset({"fallback"})
+_OWN = frozenset({"min_workers", "max_retries", "fallback"})
 
 
 def _parse(name: str, text: str) -> Any:

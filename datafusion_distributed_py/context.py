@@ -12,7 +12,7 @@ from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
-from datafusion.expr import DmlStatement, EmptyRelation, TableScan
+from datafusion.expr import CopyTo, DmlStatement, EmptyRelation, TableScan
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
@@ -63,6 +63,10 @@ class MetricsRecord(TypedDict):
         duration_ms: from sending the task to its end (None if its end was not seen).
         ran_on: ``"workers"``; ``"coordinator"`` for the one record of a query that could not
             be distributed and ran single-node (see ``DistributedConfig.fallback``).
+        attempt: the run of the query the task belongs to: 1, or more when a lost worker
+            made the query run again (the earlier runs' tasks are listed too).
+        spill_count: spill files the task's operators wrote (memory limit reached).
+        spilled_bytes: bytes they spilled.
     """
 
     stage: int
@@ -74,6 +78,9 @@ class MetricsRecord(TypedDict):
     elapsed_compute_ms: float | None
     duration_ms: float | None
     ran_on: Literal["workers", "coordinator"]
+    attempt: int
+    spill_count: int | None
+    spilled_bytes: int | None
 
 
 _log = logging.getLogger("datafusion_distributed_py")
@@ -251,8 +258,9 @@ class DistributedContext:
             >>> df = dctx.sql("SELECT 1 AS x")
             >>> _ = df.collect()
             >>> sorted(dctx.metrics(df)[0])  # doctest: +NORMALIZE_WHITESPACE
-            ['duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows', 'ran_on',
-             'stage', 'task', 'tasks_in_stage', 'worker_url']
+            ['attempt', 'duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows',
+             'ran_on', 'spill_count', 'spilled_bytes', 'stage', 'task', 'tasks_in_stage',
+             'worker_url']
         """
         source = source_of(df)
         if source is None:
@@ -262,7 +270,8 @@ class DistributedContext:
                 MetricsRecord(
                     stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
                     output_rows=None, output_bytes=None, elapsed_compute_ms=None,
-                    duration_ms=None, ran_on="coordinator",
+                    duration_ms=None, ran_on="coordinator", attempt=1, spill_count=None,
+                    spilled_bytes=None,
                 )
             ]  # fmt: skip
         return source.task_metrics()
@@ -308,6 +317,7 @@ class DistributedContext:
             _check_result_names(fresh)
             # Planning errors are the query's own: they surface as single-node's would.
             physical = fresh.execution_plan()
+            writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
             try:
                 plan_bytes = physical.to_bytes(self._ctx)
             except Exception as e:  # datafusion raises plain Exception subclasses
@@ -316,9 +326,11 @@ class DistributedContext:
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(self._progress)
+        cfg = self._config
         return self._coordinator.distribute(
-            plan_bytes, codec, options, stores, report, session=self._ctx
-        )
+            plan_bytes, codec, options, stores, report, session=self._ctx,
+            min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
+        )  # fmt: skip
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -355,7 +367,9 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
     if callable(workers):
         return _internal.Coordinator.remote(workers, core)
     if isinstance(workers, HasUrls):
-        workers = list(workers.urls)
+        # Asked at each planning: a LocalCluster replaces workers that die.
+        cluster = workers
+        return _internal.Coordinator.remote(lambda: list(cluster.urls), core)
     if isinstance(workers, (list, tuple)):
         if not workers:
             raise ValueError("workers=[] names no workers; pass None for the embedded cluster")

@@ -78,8 +78,15 @@ def _translating(df: DataFrame, method: Callable[..., Any]) -> Callable[..., Any
     """``method`` bound to ``df``, with errors translated and the DataFrames it returns kept
     distributed."""
 
+    # A write is never run twice: a lost worker then fails it instead of re-running it.
+    writes = method.__name__.startswith("write_")
+
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        source = df._dfdpy_source  # type: ignore[attr-defined]
+        plan = source if writes and isinstance(source, _internal.DistributedPlan) else None
+        if plan is not None:
+            plan.set_retries(False)
         try:
             out = method(df, *args, **kwargs)
         except Exception as e:
@@ -87,6 +94,9 @@ def _translating(df: DataFrame, method: Callable[..., Any]) -> Callable[..., Any
             if clean is None:
                 raise
             raise clean from None
+        finally:
+            if plan is not None:
+                plan.set_retries(True)
         if isinstance(out, DataFrame):
             return distributed_frame(out, df._dfdpy_source)  # type: ignore[attr-defined]
         return out

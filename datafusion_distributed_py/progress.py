@@ -12,19 +12,25 @@ from typing import Any
 @dataclass(frozen=True)
 class ProgressEvent:
     """A stage's progress: ``done`` of ``total`` tasks finished (sent when a task is sent
-    to a worker, and when it finishes).
+    to a worker, and when it finishes) — or, with ``kind="retry"``, word that a worker was
+    lost and the query runs again on the workers left.
 
     Attributes:
-        stage: stage number (as in ``explain``).
+        stage: stage number (as in ``explain``); 0 for a retry.
         done: tasks of the stage finished so far.
         total: tasks of the stage.
-        worker_url: the worker of the task this event is about.
+        worker_url: the worker of the task this event is about (for a retry: the lost one).
+        attempt: which run of the query this is: 1, then 2... after retries (a retry event
+            carries the run that failed).
+        kind: ``"task"``, or ``"retry"``.
     """
 
     stage: int
     done: int
     total: int
     worker_url: str
+    attempt: int = 1
+    kind: str = "task"
 
 
 ProgressCallback = Callable[[ProgressEvent], Any]
@@ -49,6 +55,11 @@ class ProgressBars:
 
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
+            if event.kind == "retry":  # the query starts over: so do its bars
+                for b in self._bars.values():
+                    b.close()
+                self._bars.clear()
+                return
             bar = self._bars.get(event.stage)
             if bar is None:
                 bar = self._tqdm(
@@ -77,12 +88,15 @@ def resolve(progress: bool | ProgressCallback | None) -> ProgressCallback | None
     raise TypeError(f"progress must be a bool, None or a callable, got {type(progress).__name__}")
 
 
-def to_rust(callback: ProgressCallback | None) -> Callable[[int, int, int, str], None] | None:
-    """Adapt an event callback to the Rust core's ``(stage, done, total, url)`` calls."""
+def to_rust(
+    callback: ProgressCallback | None,
+) -> Callable[[int, int, int, str, int, str], None] | None:
+    """Adapt an event callback to the Rust core's ``(stage, done, total, url, attempt, kind)``
+    calls."""
     if callback is None:
         return None
 
-    def report(stage: int, done: int, total: int, url: str) -> None:
-        callback(ProgressEvent(stage, done, total, url))
+    def report(stage: int, done: int, total: int, url: str, attempt: int, kind: str) -> None:
+        callback(ProgressEvent(stage, done, total, url, attempt, kind))
 
     return report

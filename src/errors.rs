@@ -3,20 +3,68 @@ use std::fmt;
 
 use datafusion::error::DataFusionError;
 
-/// A failure that names a worker: surfaces in Python as `WorkerError`.
+/// A failure that names a worker: surfaces in Python as `WorkerError` (`.worker_url`).
 #[derive(Debug)]
-pub struct WorkerFailure(pub String);
+pub struct WorkerFailure {
+    /// Starts with `worker <url>`.
+    pub message: String,
+    pub worker: Option<String>,
+    /// The worker died, froze or cannot be reached (as opposed to refusing us: credentials,
+    /// version, TLS settings): the query may be re-planned on the others.
+    pub lost: bool,
+    /// `worker` only reported losing its connection to another worker (which one, its
+    /// message does not say): the lost one is still to be found.
+    pub peer: bool,
+}
 
 impl fmt::Display for WorkerFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl std::error::Error for WorkerFailure {}
 
+/// A worker refusing or unfit for the query (`msg` starts with `worker <url>`).
 pub fn worker_failure(msg: String) -> DataFusionError {
-    DataFusionError::External(Box::new(WorkerFailure(msg)))
+    let worker = msg
+        .strip_prefix("worker ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|url| url.trim_end_matches(':').to_string());
+    DataFusionError::External(Box::new(WorkerFailure {
+        message: msg,
+        worker,
+        lost: false,
+        peer: false,
+    }))
+}
+
+/// A worker that died, froze or cannot be reached: `worker <url> <what happened>`.
+pub fn worker_lost(worker: &str, what: String) -> DataFusionError {
+    DataFusionError::External(Box::new(WorkerFailure {
+        message: format!("worker {worker} {what}"),
+        worker: Some(worker.to_string()),
+        lost: true,
+        peer: false,
+    }))
+}
+
+/// Words of a broken connection, as a worker reports them in text (its error crossed the
+/// network as a string).
+const BROKEN_CONNECTION: &[&str] = &[
+    "h2 protocol error",
+    "transport error",
+    "error trying to connect",
+    "Connection refused",
+    "connection reset",
+    "Connection reset",
+    "broken pipe",
+    "keep-alive",
+];
+
+/// Whether `err` is a worker lost (died, froze, unreachable): what a retry may get past.
+pub fn is_worker_lost(err: &DataFusionError) -> bool {
+    as_worker_failure(err).is_some_and(|f| f.lost)
 }
 
 /// A plan that cannot be distributed without changing its answer: surfaces in Python as
@@ -86,11 +134,60 @@ impl std::error::Error for RaisedOnWorker {}
 /// Whether `err` is the connection to a worker failing (as opposed to an error of the query,
 /// which a worker sends back encoded and the crate decodes to its own kind).
 fn is_transport(err: &DataFusionError) -> bool {
+    external(err).is_some_and(|e| {
+        e.is::<tonic::Status>()
+            || e.is::<arrow_flight::error::FlightError>()
+            || e.is::<tonic::transport::Error>()
+            || e.is::<std::io::Error>()
+    })
+}
+
+type External = dyn std::error::Error + Send + Sync + 'static;
+
+/// The foreign error at the root of `err` (streams wrap it in Arrow's `ExternalError`).
+fn external(err: &DataFusionError) -> Option<&External> {
     match err.find_root() {
-        DataFusionError::External(e) => {
-            e.is::<tonic::Status>() || e.is::<tonic::transport::Error>() || e.is::<std::io::Error>()
-        }
-        _ => false,
+        DataFusionError::External(e) => Some(e.as_ref()),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            datafusion::arrow::error::ArrowError::ExternalError(e) => Some(e.as_ref()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// What a broken connection to a worker means, in plain words (tonic and h2 say it many
+/// ways; their text is all there is).
+fn what_happened(root: &DataFusionError) -> String {
+    let text = root.to_string();
+    let said = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    let status = external(root).and_then(|e| {
+        e.downcast_ref::<tonic::Status>().or_else(|| {
+            match e.downcast_ref::<arrow_flight::error::FlightError>() {
+                Some(arrow_flight::error::FlightError::Tonic(s)) => Some(s.as_ref()),
+                _ => None,
+            }
+        })
+    });
+    if said(&["keep-alive", "keepalive", "KeepAlive"]) {
+        "stopped answering (no keep-alive reply for 20 s)".to_string()
+    } else if said(&[
+        "h2 protocol error",
+        "connection reset",
+        "Connection reset",
+        "error reading a body",
+        "broken pipe",
+        "BrokenPipe",
+        "connection closed",
+        "Connection refused",
+    ]) {
+        "died (connection reset)".to_string()
+    } else if status.is_some_and(|s| s.code() == tonic::Code::DeadlineExceeded) {
+        "stopped answering (deadline exceeded)".to_string()
+    } else if let Some(s) = status {
+        format!("failed ({:?}: {})", s.code(), s.message())
+    } else {
+        format!("failed ({text})")
     }
 }
 
@@ -112,7 +209,21 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
         ));
     }
     if is_transport(&err) {
-        return worker_failure(format!("worker {worker} failed: {err}"));
+        return worker_lost(worker, what_happened(err.find_root()));
+    }
+    let text = err.find_root().to_string();
+    if BROKEN_CONNECTION.iter().any(|w| text.contains(w)) {
+        return DataFusionError::External(Box::new(WorkerFailure {
+            message: format!(
+                "worker {worker} lost its connection to another worker ({})",
+                what_happened(err.find_root())
+                    .trim_start_matches("died ")
+                    .trim_start_matches("failed ")
+            ),
+            worker: Some(worker.to_string()),
+            lost: true,
+            peer: true,
+        }));
     }
     DataFusionError::External(Box::new(RaisedOnWorker {
         worker: worker.to_string(),
@@ -131,6 +242,13 @@ mod tests {
         assert_eq!(
             as_worker_failure(&wrapped).map(|f| f.0.as_str()),
             Some("worker http://h:1 died")
+        );
+        assert!(!is_worker_lost(&wrapped));
+        let lost = worker_lost("http://h:1", "died (connection reset)".into());
+        assert!(is_worker_lost(&lost));
+        assert_eq!(
+            as_worker_failure(&lost).unwrap().worker.as_deref(),
+            Some("http://h:1")
         );
         assert!(!is_worker_failure(&DataFusionError::Plan("no".into())));
     }

@@ -1,47 +1,170 @@
-//! The pre-query handshake: every worker is asked its version before a query is sent.
-use std::time::Duration;
+//! The pre-query handshake: every worker is asked its version before a query is sent, and the
+//! ones that are lost (down, frozen, unreachable) are left out for a while.
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion_distributed::{ChannelResolver, GetWorkerInfoRequest};
 use url::Url;
 
-use crate::errors::{is_rejected_credentials, is_worker_failure, name_worker, worker_failure};
+use crate::errors::{
+    as_worker_failure, is_rejected_credentials, is_worker_failure, is_worker_lost, name_worker,
+    worker_failure, worker_lost,
+};
 use crate::protocol::{display_url, unreachable, WorkerChannels};
 use crate::VERSION;
 
 /// How long a worker may take to answer the pre-query handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a lost worker is left out before it is asked again.
+pub const QUARANTINE: Duration = Duration::from_secs(10);
 
-/// Asks every worker for its version before a query is sent: a down worker or a worker of
-/// another release is reported by URL, quickly, instead of failing mid-query.
-pub async fn check_workers(channels: &WorkerChannels, urls: &[Url]) -> Result<()> {
-    let checks = urls.iter().map(|url| async move {
-        let shown = display_url(url);
-        let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-            let mut client = channels.get_worker_client_for_url(url).await?;
-            client.get_worker_info(GetWorkerInfoRequest {}).await
-        })
-        .await;
-        match info {
-            Err(_) => Err(worker_failure(format!(
-                "worker {shown} did not answer within {}s",
+/// Lost workers and until when they are left out.
+#[derive(Default)]
+pub struct Quarantine(Mutex<HashMap<Url, Instant>>);
+
+impl Quarantine {
+    fn resting(&self, url: &Url, now: Instant) -> bool {
+        self.0
+            .lock()
+            .expect("poisoned")
+            .get(url)
+            .is_some_and(|until| *until > now)
+    }
+
+    pub fn put(&self, url: &Url) {
+        let until = Instant::now() + QUARANTINE;
+        self.0.lock().expect("poisoned").insert(url.clone(), until);
+    }
+
+    fn release(&self, url: &Url) {
+        self.0.lock().expect("poisoned").remove(url);
+    }
+}
+
+/// Asks `url` its version: a down worker or a worker of another release is reported by URL,
+/// quickly, instead of failing mid-query.
+async fn probe(channels: &WorkerChannels, url: &Url) -> Result<()> {
+    let shown = display_url(url);
+    let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let mut client = channels.get_worker_client_for_url(url).await?;
+        client.get_worker_info(GetWorkerInfoRequest {}).await
+    })
+    .await;
+    match info {
+        Err(_) => Err(worker_lost(
+            shown,
+            format!(
+                "stopped answering (no handshake answer within {} s)",
                 HANDSHAKE_TIMEOUT.as_secs()
-            ))),
-            Ok(Err(e)) if is_worker_failure(&e) || is_rejected_credentials(&e) => {
-                Err(name_worker(shown, e))
-            }
-            Ok(Err(e)) => Err(unreachable(url, &e.find_root().message())),
-            Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
-                "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \
-                 {VERSION}; run the same release on the coordinator and every worker",
-                if info.version.is_empty() {
-                    "<unknown>"
-                } else {
-                    &info.version
-                }
-            ))),
-            Ok(Ok(_)) => Ok(()),
+            ),
+        )),
+        Ok(Err(e)) if is_worker_failure(&e) || is_rejected_credentials(&e) => {
+            Err(name_worker(shown, e))
         }
-    });
-    futures::future::try_join_all(checks).await.map(|_| ())
+        Ok(Err(e)) => Err(unreachable(url, &e.find_root().message())),
+        Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
+            "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \
+             {VERSION}; run the same release on the coordinator and every worker",
+            if info.version.is_empty() {
+                "<unknown>"
+            } else {
+                &info.version
+            }
+        ))),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// The workers of `urls` a query may use now. Each is asked its version; a lost one is left
+/// out with a warning and quarantined for [`QUARANTINE`] (not asked again until then). Fails
+/// when fewer than `min_workers` remain, or when a worker refuses us (credentials, version):
+/// those do not heal by waiting.
+pub async fn usable_workers(
+    channels: &WorkerChannels,
+    urls: &[Url],
+    quarantine: &Quarantine,
+    min_workers: usize,
+) -> Result<Vec<Url>> {
+    let now = Instant::now();
+    let (resting, fresh): (Vec<&Url>, Vec<&Url>) =
+        urls.iter().partition(|u| quarantine.resting(u, now));
+    let mut usable = Vec::new();
+    let mut lost = Vec::new();
+    let mut rounds = vec![fresh];
+    // Too few without the quarantined ones: ask them again before giving up.
+    if urls.len() - resting.len() < min_workers.max(1) {
+        rounds[0].extend(resting.iter().copied());
+    }
+    for round in rounds {
+        let answers = futures::future::join_all(round.iter().map(|url| probe(channels, url))).await;
+        for (url, answer) in round.into_iter().zip(answers) {
+            match answer {
+                Ok(()) => {
+                    quarantine.release(url);
+                    usable.push(url.clone());
+                }
+                Err(e) if is_worker_lost(&e) => {
+                    quarantine.put(url);
+                    lost.push(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    usable.sort_by_key(|u| urls.iter().position(|x| x == u));
+    if usable.len() < min_workers.max(1) {
+        return Err(too_few(lost, usable.len(), urls.len(), min_workers));
+    }
+    for e in lost.iter().filter_map(as_worker_failure) {
+        log::warn!(
+            "{e}; this query runs on the other {} workers (it is asked again in {} s)",
+            usable.len(),
+            QUARANTINE.as_secs()
+        );
+    }
+    Ok(usable)
+}
+
+/// The workers of `urls` that are lost now, as the errors saying so (asked in parallel).
+pub async fn lost_workers(channels: &WorkerChannels, urls: &[Url]) -> Vec<DataFusionError> {
+    let answers = futures::future::join_all(urls.iter().map(|url| probe(channels, url))).await;
+    answers
+        .into_iter()
+        .filter_map(|a| a.err().filter(is_worker_lost))
+        .collect()
+}
+
+fn too_few(
+    mut lost: Vec<DataFusionError>,
+    usable: usize,
+    total: usize,
+    min_workers: usize,
+) -> DataFusionError {
+    let first = match lost.len() {
+        0 => return worker_failure(format!("worker set: no workers ({usable} of {total})")),
+        _ => lost.remove(0),
+    };
+    if total == 1 {
+        return first;
+    }
+    let failure = as_worker_failure(&first).expect("lost workers are worker failures");
+    let others = lost
+        .iter()
+        .filter_map(|e| as_worker_failure(e).and_then(|f| f.worker.clone()))
+        .collect::<Vec<_>>();
+    let also = match others.is_empty() {
+        true => String::new(),
+        false => format!("; also lost: {}", others.join(", ")),
+    };
+    let message = failure.message.trim_start_matches("worker ");
+    let (worker, what) = message.split_once(' ').unwrap_or((message, ""));
+    worker_lost(
+        worker,
+        format!(
+            "{what}{also}; {usable} of {total} workers reachable, fewer than min_workers={}",
+            min_workers.max(1)
+        ),
+    )
 }

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
@@ -21,13 +21,15 @@ use pyo3::prelude::*;
 use url::Url;
 
 use super::distribute::distribute_plan;
-use super::handshake::check_workers;
+use super::handshake::{lost_workers, usable_workers, Quarantine};
 use super::settings::apply_options;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, memory_tables, window_function_headers};
+use crate::errors::as_worker_failure;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites;
+use crate::protocol::display_url;
 use crate::protocol::{FixedResolver, WorkerChannels, Workers};
 use crate::security::Security;
 use crate::worker::EmbeddedCluster;
@@ -35,8 +37,9 @@ use crate::VERSION;
 
 enum Cluster {
     Embedded(EmbeddedCluster),
-    /// Worker processes reached over gRPC; the channels are kept across queries.
-    Remote(Workers, WorkerChannels),
+    /// Worker processes reached over gRPC; the channels and the quarantine of lost workers are
+    /// kept across queries.
+    Remote(Workers, WorkerChannels, Quarantine),
 }
 
 /// What a query needs to be planned (again): datafusion-python's serialised physical plan,
@@ -52,6 +55,12 @@ pub struct PlanRequest {
     /// The Python `SessionContext` the plan came from: the session codec reaches its task
     /// context through a weak FFI reference, so the context must live as long as the plan.
     pub session: Option<Py<PyAny>>,
+    /// Fewer usable workers than this fails the query.
+    pub min_workers: usize,
+    /// Runs of the query after the first when a worker is lost before the first batch.
+    pub max_retries: usize,
+    /// The query writes (`COPY`, `INSERT`): it never runs twice.
+    pub writes: bool,
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -82,7 +91,11 @@ impl ClusterPlanner {
     /// Over worker processes reached by URL, with `security`'s token and TLS.
     pub fn remote(workers: Workers, security: Security) -> Self {
         Self {
-            cluster: Cluster::Remote(workers, WorkerChannels::new(security)),
+            cluster: Cluster::Remote(
+                workers,
+                WorkerChannels::new(security),
+                Quarantine::default(),
+            ),
             runtime_env: Arc::new(RuntimeEnv::default()),
         }
     }
@@ -90,23 +103,41 @@ impl ClusterPlanner {
     pub fn urls(&self) -> Result<Vec<Url>> {
         match &self.cluster {
             Cluster::Embedded(c) => Ok(c.urls.clone()),
-            Cluster::Remote(w, _) => w.urls(),
+            Cluster::Remote(w, ..) => w.urls(),
         }
     }
 
-    /// Resolves the workers, checks them, decodes the plan and distributes it.
-    pub async fn plan(&self, req: &PlanRequest) -> Result<Planned> {
-        let urls = self.urls()?;
-        let workers = urls.len();
-        if let Cluster::Remote(_, channels) = &self.cluster {
-            check_workers(channels, &urls).await?;
+    /// The first of the workers that is lost now, as the error saying so (none in-process).
+    pub async fn find_lost(&self) -> Option<DataFusionError> {
+        let Cluster::Remote(_, channels, quarantine) = &self.cluster else {
+            return None;
+        };
+        let urls = self.urls().ok()?;
+        let lost = lost_workers(channels, &urls).await;
+        let first = lost.into_iter().next()?;
+        if let Some(url) = as_worker_failure(&first)
+            .and_then(|f| f.worker.as_deref())
+            .and_then(|w| urls.iter().find(|u| display_url(u) == w))
+        {
+            quarantine.put(url);
         }
+        Some(first)
+    }
+
+    /// Resolves the workers, leaves out the lost ones, decodes the plan and distributes it;
+    /// `attempt` counts the runs of this query (1 for the first).
+    pub async fn plan(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
+        let mut urls = self.urls()?;
+        if let Cluster::Remote(_, channels, quarantine) = &self.cluster {
+            urls = usable_workers(channels, &urls, quarantine, req.min_workers).await?;
+        }
+        let workers = urls.len();
         register_all(&self.runtime_env, &req.stores)?;
         let progress = req
             .progress
             .as_ref()
             .map(|p| Python::attach(|py| p.clone_ref(py)));
-        let log = Arc::new(TaskLog::with_progress(progress));
+        let log = Arc::new(TaskLog::with_progress(progress, attempt));
         let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
         let task_ctx = state.task_ctx();
         let plan =
@@ -142,7 +173,7 @@ impl ClusterPlanner {
         let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
         let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
             Cluster::Embedded(c) => (Arc::new(c.channels.clone()), Transport::Embedded),
-            Cluster::Remote(_, channels) => (
+            Cluster::Remote(_, channels, _) => (
                 Arc::new(channels.clone()),
                 Transport::Remote {
                     max_message_bytes: channels.max_message_bytes(),

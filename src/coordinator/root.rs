@@ -4,31 +4,100 @@
 //! ignores the TaskContext that comes over FFI (whose config extensions and runtime are
 //! defaults) in favour of the one built at planning time, which carries the worker and channel
 //! resolvers and the object stores.
+//!
+//! It also owns the query-level retry: when a worker is lost (died, froze, unreachable) before
+//! the first batch of a partition reached the caller, the query is planned again — the lost
+//! worker is quarantined by then, so on the workers left — and run again, up to
+//! `max_retries` times. Errors of the query itself, refused credentials and runs that write
+//! are never repeated.
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::metrics::MetricsSet;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+
+use super::table::Query;
+use crate::errors::{as_worker_failure, is_worker_lost};
 
 #[derive(Debug)]
 pub struct DistributedRootExec {
     inner: Arc<dyn ExecutionPlan>,
     task_ctx: Arc<TaskContext>,
+    query: Arc<Query>,
+    projection: Option<Vec<usize>>,
+}
+
+impl std::fmt::Debug for Query {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Query").finish_non_exhaustive()
+    }
 }
 
 impl DistributedRootExec {
-    pub fn new(inner: Arc<dyn ExecutionPlan>, task_ctx: Arc<TaskContext>) -> Self {
-        Self { inner, task_ctx }
+    pub fn new(
+        inner: Arc<dyn ExecutionPlan>,
+        task_ctx: Arc<TaskContext>,
+        query: Arc<Query>,
+        projection: Option<Vec<usize>>,
+    ) -> Self {
+        Self {
+            inner,
+            task_ctx,
+            query,
+            projection,
+        }
     }
 }
 
 impl DisplayAs for DistributedRootExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "DistributedRootExec: {}", self.inner.name())
+    }
+}
+
+/// One partition's stream and what a retry needs.
+struct Attempt {
+    stream: SendableRecordBatchStream,
+    attempt: usize,
+    delivered: bool,
+    done: bool,
+    partition: usize,
+    query: Arc<Query>,
+    projection: Option<Vec<usize>>,
+}
+
+impl Attempt {
+    /// Whether `err` may be answered by running the query again.
+    fn may_retry(&self, err: &DataFusionError) -> bool {
+        !self.delivered && self.attempt <= self.query.max_retries() && is_worker_lost(err)
+    }
+
+    /// Plans and starts the next run of the query, for this partition.
+    async fn next_run(&mut self, err: &DataFusionError) -> Result<()> {
+        let failure = as_worker_failure(err);
+        let worker = failure.and_then(|f| f.worker.clone()).unwrap_or_default();
+        log::warn!(
+            "{}: running the query again on the workers left (run {} of at most {})",
+            failure.map_or_else(|| err.to_string(), |f| f.message.clone()),
+            self.attempt + 1,
+            self.query.max_retries() + 1
+        );
+        if let Some(log) = self.query.latest_log() {
+            log.retrying(&worker);
+        }
+        self.attempt += 1;
+        let (plan, task_ctx) = self
+            .query
+            .plan_run(self.attempt, self.projection.as_ref())
+            .await?;
+        self.stream = plan.execute(self.partition, task_ctx)?;
+        Ok(())
     }
 }
 
@@ -64,7 +133,42 @@ impl ExecutionPlan for DistributedRootExec {
         partition: usize,
         _foreign_ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.inner.execute(partition, Arc::clone(&self.task_ctx))
+        let schema = self.inner.schema();
+        let first = Attempt {
+            stream: self.inner.execute(partition, Arc::clone(&self.task_ctx))?,
+            attempt: 1,
+            delivered: false,
+            done: false,
+            partition,
+            query: Arc::clone(&self.query),
+            projection: self.projection.clone(),
+        };
+        let batches = futures::stream::unfold(first, |mut run| async move {
+            if run.done {
+                return None;
+            }
+            loop {
+                match run.stream.next().await {
+                    Some(Ok(batch)) => {
+                        run.delivered = true;
+                        return Some((Ok(batch), run));
+                    }
+                    Some(Err(e)) if run.may_retry(&e) => {
+                        if let Err(again) = run.next_run(&e).await {
+                            run.done = true;
+                            return Some((Err(again), run));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        run.done = true;
+                        let e = run.query.name_lost_peer(e).await;
+                        return Some((Err(e), run));
+                    }
+                    None => return None,
+                }
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -2,14 +2,17 @@
 //!
 //! datafusion-python scans it through FFI: `ctx.read_table(plan)` gives an ordinary, lazy
 //! `datafusion.DataFrame`, and each scan (each `collect`, `show`, `execute_stream`...) plans
-//! the query afresh for the current workers and runs it.
+//! the query afresh for the current workers and runs it — again, on the workers left, when a
+//! worker is lost before the first batch reached the caller (see `root`).
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
 use datafusion::datasource::TableType;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
@@ -19,18 +22,85 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::root::DistributedRootExec;
 use super::task_log::TaskLog;
+use crate::errors::as_worker_failure;
 use crate::runtime;
 
 /// A run of the query: the plan executed and where its tasks went.
 pub type Run = (Arc<dyn ExecutionPlan>, Arc<TaskLog>);
 
-pub struct DistributedTable {
+/// What every run of one query shares: how to plan it, and the runs of its latest scan.
+pub struct Query {
     planner: Arc<ClusterPlanner>,
     request: Arc<PlanRequest>,
+    /// The runs of the latest scan: one, or more when lost workers made it run again.
+    runs: Mutex<Vec<Run>>,
+    /// Off while the result is being written (`write_parquet`...): such a run is never
+    /// repeated.
+    retries_on: AtomicBool,
+}
+
+impl Query {
+    /// Plans run number `attempt` of the query (1 starts a new scan), projected as the scan
+    /// asked, and records it.
+    pub async fn plan_run(
+        self: &Arc<Self>,
+        attempt: usize,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+        // datafusion-python polls this future on its own runtime: plan on ours.
+        let this = Arc::clone(self);
+        let Planned {
+            plan,
+            task_ctx,
+            log,
+        } = runtime::handle()
+            .spawn(async move { this.planner.plan(&this.request, attempt).await })
+            .await
+            .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
+        {
+            let mut runs = self.runs.lock().expect("poisoned");
+            if attempt == 1 {
+                runs.clear();
+            }
+            runs.push((Arc::clone(&plan), log));
+        }
+        Ok((project(plan, projection)?, task_ctx))
+    }
+
+    /// Runs after the first a lost worker may cost; 0 while retries are off.
+    pub fn max_retries(&self) -> usize {
+        match self.retries_on.load(Ordering::Relaxed) && !self.request.writes {
+            true => self.request.max_retries,
+            false => 0,
+        }
+    }
+
+    /// The lost worker behind `err` when a worker only reported losing another: found by
+    /// asking every worker; `err` itself when none is found (or it is something else).
+    pub async fn name_lost_peer(&self, err: DataFusionError) -> DataFusionError {
+        if !as_worker_failure(&err).is_some_and(|f| f.peer) {
+            return err;
+        }
+        let planner = Arc::clone(&self.planner);
+        let found = runtime::handle()
+            .spawn(async move { planner.find_lost().await })
+            .await
+            .ok()
+            .flatten();
+        found.unwrap_or(err)
+    }
+
+    /// The task log of the latest run.
+    pub fn latest_log(&self) -> Option<Arc<TaskLog>> {
+        let runs = self.runs.lock().expect("poisoned");
+        runs.last().map(|(_, log)| Arc::clone(log))
+    }
+}
+
+pub struct DistributedTable {
+    query: Arc<Query>,
     /// The plan made when the query was submitted: shown by `explain`.
     planned: Arc<dyn ExecutionPlan>,
-    /// The plan run by the latest scan and where its tasks ran: for metrics and ANALYZE.
-    last_run: Mutex<Option<Run>>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -42,10 +112,13 @@ impl std::fmt::Debug for DistributedTable {
 impl DistributedTable {
     pub fn new(planner: Arc<ClusterPlanner>, request: Arc<PlanRequest>, planned: Planned) -> Self {
         Self {
-            planner,
-            request,
+            query: Arc::new(Query {
+                planner,
+                request,
+                runs: Mutex::default(),
+                retries_on: AtomicBool::new(true),
+            }),
             planned: planned.plan,
-            last_run: Mutex::new(None),
         }
     }
 
@@ -54,10 +127,42 @@ impl DistributedTable {
         &self.planned
     }
 
-    /// The plan run by the latest scan and its task log, if it ran.
+    /// The latest run of the query and its task log, if it ran.
     pub fn last_run(&self) -> Option<Run> {
-        self.last_run.lock().expect("poisoned").clone()
+        self.runs().pop()
     }
+
+    /// Every run of the latest scan, in order (more than one after retries).
+    pub fn runs(&self) -> Vec<Run> {
+        self.query.runs.lock().expect("poisoned").clone()
+    }
+
+    /// Lets the query run again when a worker is lost (the default), or not.
+    pub fn set_retries(&self, on: bool) {
+        self.query.retries_on.store(on, Ordering::Relaxed);
+    }
+}
+
+/// `plan` with only the `projection` columns, if given.
+fn project(
+    plan: Arc<dyn ExecutionPlan>,
+    projection: Option<&Vec<usize>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(projection) = projection else {
+        return Ok(plan);
+    };
+    let schema = plan.schema();
+    let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = projection
+        .iter()
+        .map(|&i| {
+            let name = schema.field(i).name().clone();
+            (
+                Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                name,
+            )
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
 }
 
 #[async_trait]
@@ -77,33 +182,12 @@ impl TableProvider for DistributedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        // datafusion-python polls this future on its own runtime: plan on ours.
-        let planner = Arc::clone(&self.planner);
-        let request = Arc::clone(&self.request);
-        let Planned {
+        let (plan, task_ctx) = self.query.plan_run(1, projection).await?;
+        Ok(Arc::new(DistributedRootExec::new(
             plan,
             task_ctx,
-            log,
-        } = runtime::handle()
-            .spawn(async move { planner.plan(&request).await })
-            .await
-            .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
-        *self.last_run.lock().expect("poisoned") = Some((Arc::clone(&plan), log));
-        let mut plan = plan;
-        if let Some(projection) = projection {
-            let schema = plan.schema();
-            let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = projection
-                .iter()
-                .map(|&i| {
-                    let name = schema.field(i).name().clone();
-                    (
-                        Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
-                        name,
-                    )
-                })
-                .collect();
-            plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
-        }
-        Ok(Arc::new(DistributedRootExec::new(plan, task_ctx)))
+            Arc::clone(&self.query),
+            projection.cloned(),
+        )))
     }
 }

@@ -22,14 +22,19 @@ pub struct TaskRecord {
     pub output_rows: Option<usize>,
     pub output_bytes: Option<usize>,
     pub elapsed_compute_ns: Option<usize>,
+    /// Spill files written and bytes spilled by the task's operators (memory limit reached).
+    pub spill_count: Option<usize>,
+    pub spilled_bytes: Option<usize>,
 }
 
 /// The tasks of one run of a query, in the order they were sent, and an optional Python
-/// progress callback `(stage, done, total, worker_url)`.
+/// progress callback `(stage, done, total, worker_url, attempt, kind)`.
 #[derive(Default)]
 pub struct TaskLog {
     records: Mutex<Vec<TaskRecord>>,
     progress: Option<Py<PyAny>>,
+    /// Which run of the query this is: 1, then 2... when a lost worker made it run again.
+    pub attempt: usize,
     /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
     /// with the GIL held (tasks report from runtime threads), so it cannot deadlock with it.
     reporting: Mutex<()>,
@@ -45,10 +50,11 @@ impl std::fmt::Debug for TaskLog {
 }
 
 impl TaskLog {
-    pub fn with_progress(progress: Option<Py<PyAny>>) -> Self {
+    pub fn with_progress(progress: Option<Py<PyAny>>, attempt: usize) -> Self {
         Self {
             records: Mutex::default(),
             progress,
+            attempt,
             reporting: Mutex::default(),
             unsent_plan: Mutex::default(),
         }
@@ -101,6 +107,17 @@ impl TaskLog {
                     .map(|x| x.value().as_usize())
                     .sum()
             });
+            let summed = |name: &str| {
+                metrics
+                    .pre_order_plan_metrics
+                    .iter()
+                    .flat_map(|m| m.iter())
+                    .filter(|x| x.value().name() == name)
+                    .map(|x| x.value().as_usize())
+                    .sum()
+            };
+            r.spill_count = Some(summed("spill_count"));
+            r.spilled_bytes = Some(summed("spilled_bytes"));
             r.elapsed_compute_ns = Some(
                 metrics
                     .pre_order_plan_metrics
@@ -115,9 +132,20 @@ impl TaskLog {
     }
 
     fn report(&self, stage: usize, done: usize, total: usize, url: &Url) {
+        self.call(stage, done, total, display_url(url), "task");
+    }
+
+    /// Tells the progress callback that this run failed because `worker` was lost, and the
+    /// query runs again (as run `self.attempt + 1`).
+    pub fn retrying(&self, worker: &str) {
+        self.call(0, 0, 0, worker, "retry");
+    }
+
+    fn call(&self, stage: usize, done: usize, total: usize, url: &str, kind: &str) {
         if let Some(callback) = &self.progress {
             Python::attach(|py| {
-                if let Err(e) = callback.call1(py, (stage, done, total, display_url(url))) {
+                let args = (stage, done, total, url, self.attempt, kind);
+                if let Err(e) = callback.call1(py, args) {
                     log::warn!("progress callback failed: {e}");
                 }
             });

@@ -145,6 +145,8 @@ impl WorkerChannel for TrackingChannel {
             output_rows: None,
             output_bytes: None,
             elapsed_compute_ns: None,
+            spill_count: None,
+            spilled_bytes: None,
         });
         let url = self.url.clone();
         let stream = self

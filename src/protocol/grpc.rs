@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
 use super::urls::display_url;
-use crate::errors::worker_failure;
+use crate::errors::{worker_failure, worker_lost};
 use crate::security::Security;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,11 +112,36 @@ impl ChannelResolver for WorkerChannels {
 
 /// `url`'s worker cannot be reached because of `cause`, with a hint when TLS settings differ.
 pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
-    worker_failure(format!(
-        "worker {} is unreachable: {cause}{}",
+    worker_lost(
         display_url(url),
-        tls_hint(url, cause)
-    ))
+        format!(
+            "is unreachable ({}){}",
+            plain_cause(cause),
+            tls_hint(url, cause)
+        ),
+    )
+}
+
+/// A connection failure in plain words: tonic and hyper nest the OS's reason in their own.
+fn plain_cause(cause: &str) -> String {
+    let said = |words: &[&str]| words.iter().any(|w| cause.contains(w));
+    if said(&[
+        "ConnectionRefused",
+        "Connection refused",
+        "connection refused",
+    ]) {
+        "connection refused".into()
+    } else if said(&["ConnectionReset", "connection reset", "Connection reset"]) {
+        "connection reset".into()
+    } else if said(&["timed out", "TimedOut", "Elapsed", "deadline has elapsed"]) {
+        "connection timed out".into()
+    } else if said(&["dns error", "failed to lookup", "Name or service not known"]) {
+        "its host name does not resolve".into()
+    } else if said(&["No route to host", "HostUnreachable", "NetworkUnreachable"]) {
+        "no route to its host".into()
+    } else {
+        cause.to_string()
+    }
 }
 
 /// What a failed connection most likely means when the two ends disagree about TLS. tonic

@@ -70,7 +70,12 @@ impl Coordinator {
     /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
     /// `stores` are `(url, kind, options)` of the session's object stores.
     /// `session` is kept alive with the plan (the codec needs its task context).
-    #[pyo3(signature = (plan_bytes, codec, options, stores = vec![], progress = None, session = None))]
+    /// `min_workers`: fewer usable workers fail the query; `max_retries`: runs after the
+    /// first when a worker is lost; `writes`: the query writes (never run twice).
+    #[pyo3(signature = (
+        plan_bytes, codec, options, stores = vec![], progress = None, session = None,
+        min_workers = 1, max_retries = 1, writes = false
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
         &self,
@@ -81,6 +86,9 @@ impl Coordinator {
         stores: Vec<(String, String, BTreeMap<String, String>)>,
         progress: Option<Py<PyAny>>,
         session: Option<Py<PyAny>>,
+        min_workers: usize,
+        max_retries: usize,
+        writes: bool,
     ) -> PyResult<DistributedPlan> {
         let request = Arc::new(PlanRequest {
             plan_bytes,
@@ -89,13 +97,17 @@ impl Coordinator {
             stores: stores.into_iter().map(StoreSpec::from).collect(),
             progress,
             session,
+            min_workers,
+            max_retries,
+            writes,
         });
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
-        let planned = runtime::wait_for(
-            py,
-            async move { planner.plan(&req).await.map_err(to_py_err) },
-        )?;
+        let planned =
+            runtime::wait_for(
+                py,
+                async move { planner.plan(&req, 1).await.map_err(to_py_err) },
+            )?;
         let table = DistributedTable::new(Arc::clone(&self.planner), request, planned);
         Ok(DistributedPlan::new(Arc::new(table)))
     }

@@ -40,7 +40,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 pub fn to_py_err(err: DataFusionError) -> PyErr {
     // The failure's own words, without DataFusion's "External error: " prefix.
     if let Some(failure) = as_worker_failure(&err) {
-        return WorkerError::new_err(failure.to_string());
+        let py_err = WorkerError::new_err(failure.to_string());
+        Python::attach(|py| {
+            let url = failure.worker.clone();
+            // Never fails on an exception instance; a failure here would only lose the attribute.
+            let _ = py_err.value(py).setattr("worker_url", url);
+        });
+        return py_err;
     }
     if let Some(why) = as_not_distributable(&err) {
         return UnsupportedPlanError::new_err(why.to_string());

@@ -20,6 +20,9 @@ use crate::coordinator::{DistributedTable, TaskRecord};
 use crate::protocol::display_url;
 use crate::runtime;
 
+/// How long `task_metrics` waits for workers' metrics.
+const METRICS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct DistributedPlan {
     table: Arc<DistributedTable>,
@@ -79,24 +82,35 @@ impl DistributedPlan {
         Ok(text)
     }
 
-    /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time),
-    /// after waiting for every worker's metrics.
+    /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time,
+    /// spills), after waiting for every worker's metrics; with the tasks of the runs a lost
+    /// worker cut short first (their `attempt` is lower).
     fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let Some((plan, log)) = self.table.last_run() else {
+        let runs = self.table.runs();
+        let Some((plan, _)) = runs.last().cloned() else {
             return Err(PyValueError::new_err(
                 "no run yet: collect the DataFrame first",
             ));
         };
         runtime::wait_for(py, async move {
             if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
-                exec.wait_for_metrics().await;
+                // A failed run may never report them all: then the records say what arrived.
+                let _ = tokio::time::timeout(METRICS_WAIT, exec.wait_for_metrics()).await;
             }
             Ok(())
         })?;
-        log.records()
-            .iter()
-            .map(|r| metrics_record(py, r))
-            .collect()
+        let mut records = Vec::new();
+        for (_, log) in &runs {
+            for r in log.records() {
+                records.push(metrics_record(py, &r, log.attempt)?);
+            }
+        }
+        Ok(records)
+    }
+
+    /// Lets a lost worker cost a retry of the query (the default), or not (while writing).
+    fn set_retries(&self, on: bool) {
+        self.table.set_retries(on);
     }
 
     /// The FFI table-provider protocol of datafusion-python (`ctx.read_table(plan)`).
@@ -122,13 +136,20 @@ impl DistributedPlan {
 }
 
 /// One task as the `MetricsRecord` dict of the Python API.
-fn metrics_record<'py>(py: Python<'py>, r: &TaskRecord) -> PyResult<Bound<'py, PyDict>> {
+fn metrics_record<'py>(
+    py: Python<'py>,
+    r: &TaskRecord,
+    attempt: usize,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("stage", r.stage)?;
     d.set_item("task", r.task)?;
     d.set_item("tasks_in_stage", r.task_count)?;
     d.set_item("worker_url", display_url(&r.url))?;
     d.set_item("ran_on", "workers")?;
+    d.set_item("attempt", attempt)?;
+    d.set_item("spill_count", r.spill_count)?;
+    d.set_item("spilled_bytes", r.spilled_bytes)?;
     d.set_item("output_rows", r.output_rows)?;
     d.set_item("output_bytes", r.output_bytes)?;
     d.set_item(

@@ -1,6 +1,7 @@
 //! A worker process's datafusion-distributed `Worker`, served over gRPC (Arrow Flight) by tonic,
 //! behind the token check and TLS of its [`Security`].
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -38,7 +40,12 @@ pub struct WorkerOptions {
 fn runtime_env(options: &WorkerOptions) -> Result<Arc<RuntimeEnv>> {
     let mut builder = RuntimeEnvBuilder::new();
     if let Some(limit) = options.memory_limit {
-        builder = builder.with_memory_limit(limit, 1.0);
+        // Fair to spillable operators (sorts, aggregations, repartitions): each gets a share
+        // of the pool and spills past it, so they make room instead of failing the query;
+        // the top consumers are named when the pool runs out.
+        let fair = FairSpillPool::new(limit);
+        let top = NonZeroUsize::new(5).expect("5 is not zero");
+        builder = builder.with_memory_pool(Arc::new(TrackConsumersPool::new(fair, top)));
     }
     if let Some(dir) = &options.spill_dir {
         std::fs::create_dir_all(dir).map_err(|e| {

@@ -1,0 +1,223 @@
+"""Lost workers (issue 13): left out at the handshake, a retry instead of a failed query, typed
+errors naming the worker, a LocalCluster that restarts its dead workers, and memory limits
+that spill instead of killing a worker."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from datafusion import SessionContext, udf
+
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    ProgressEvent,
+    WorkerError,
+    tpch,
+)
+from datafusion_distributed_py.differential import compare
+
+from conftest import SPLIT_CONFIG, assert_same_rows, free_ports
+
+#: A query that runs for seconds on three workers: a Python UDF that sleeps per batch.
+SLOW = (
+    "SELECT l_returnflag, sum(nap(l_quantity)) AS q, count(*) AS n FROM lineitem "
+    "GROUP BY l_returnflag"
+)
+
+
+def nap(a: pa.Array) -> pa.Array:
+    time.sleep(len(a) * 0.0003)
+    return a
+
+
+def slow_ctx(tpch_dir: Path) -> SessionContext:
+    ctx = SessionContext()
+    tpch.register(ctx, tpch_dir)
+    ctx.register_udf(udf(nap, [pa.float64()], pa.float64(), "immutable", name="nap"))
+    ctx.sql("SET datafusion.execution.batch_size = 1024")
+    return ctx
+
+
+def kill_later(pid: int, after: float, sig: int = signal.SIGKILL) -> threading.Thread:
+    def run() -> None:
+        time.sleep(after)
+        with contextlib.suppress(ProcessLookupError):  # the test is over already
+            os.kill(pid, sig)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_dead_url_in_a_static_list_leaves_the_others_serving(ctx, caplog):
+    with LocalCluster(2, security=False) as cluster:
+        (dead,) = free_ports(1)
+        dead_url = f"http://127.0.0.1:{dead}"
+        dctx = DistributedContext(ctx, workers=[*cluster.urls, dead_url])
+        sql = "SELECT l_returnflag, count(*) AS n FROM lineitem GROUP BY l_returnflag"
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):  # the second one finds it quarantined
+                outcome = compare(ctx, dctx, sql)
+                assert outcome.verdict == "equal", outcome.detail
+        assert dead_url in caplog.text and "unreachable" in caplog.text
+        df = dctx.sql(sql)
+        df.collect()
+        assert {m["worker_url"] for m in dctx.metrics(df)} <= set(cluster.urls)
+        # Fewer usable workers than asked for: a WorkerError naming the lost one.
+        strict = DistributedContext(
+            ctx, workers=[*cluster.urls, dead_url], config=DistributedConfig(min_workers=3)
+        )
+        with pytest.raises(WorkerError, match="min_workers=3") as e:
+            strict.sql(sql).collect()
+        assert e.value.worker_url == dead_url
+        assert str(e.value).startswith(f"worker {dead_url} is unreachable (connection refused)")
+
+
+def test_a_worker_killed_mid_query_costs_a_retry(tpch_dir, caplog):
+    ctx = slow_ctx(tpch_dir)
+    expected = ctx.sql(SLOW).to_arrow_table()
+    events: list[ProgressEvent] = []
+    with LocalCluster(3) as cluster:
+        # Split so that every worker scans (and naps) until the end of the first stage.
+        dctx = DistributedContext(ctx, workers=cluster, progress=events.append, config=SPLIT_CONFIG)
+        df = dctx.sql(SLOW)
+        victim = cluster.processes[1]
+        kill_later(victim.pid, 1.0)
+        with caplog.at_level(logging.WARNING):
+            got = df.to_arrow_table()
+        assert_same_rows(got, expected, ordered=False)
+        retries = [e for e in events if e.kind == "retry"]
+        assert len(retries) == 1 and retries[0].attempt == 1
+        assert "running the query again" in caplog.text
+        metrics = dctx.metrics(df)
+        assert {m["attempt"] for m in metrics} == {1, 2}
+        # The next query works too (the cluster restarted the worker, or it is left out).
+        assert compare(ctx, dctx, SLOW.replace("nap(l_quantity)", "l_quantity")).verdict == (
+            "equal"
+        )
+
+
+def test_without_retries_a_killed_worker_is_a_worker_error_naming_it(tpch_dir):
+    ctx = slow_ctx(tpch_dir)
+    with LocalCluster(3, restart=False) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG.replace(max_retries=0))
+        victim, url = cluster.processes[2], cluster.urls[2]
+        kill_later(victim.pid, 1.0)
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as e:
+            dctx.sql(SLOW).collect()
+        assert time.monotonic() - start < 30
+        assert e.value.worker_url == url
+        text = str(e.value)
+        assert text.startswith(f"worker {url} died"), text
+        for noise in ("FFI error", "External error", "h2 protocol", "tonic"):
+            assert noise not in text
+
+
+def test_writes_are_never_run_twice(tpch_dir, tmp_path):
+    ctx = slow_ctx(tpch_dir)
+    with LocalCluster(3) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
+        kill_later(cluster.processes[0].pid, 1.0)
+        with pytest.raises(WorkerError):
+            dctx.sql(SLOW).write_parquet(str(tmp_path / "out"))
+
+
+def test_errors_of_the_query_are_not_retried(ctx):
+    with LocalCluster(2) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster)
+        df = dctx.sql("SELECT CAST(l_comment AS INT) FROM lineitem")
+        with pytest.raises(Exception, match="Cast error") as e:
+            df.collect()
+        assert not isinstance(e.value, WorkerError)
+        assert {m["attempt"] for m in dctx.metrics(df)} == {1}
+
+
+def test_local_cluster_restarts_a_dead_worker(ctx):
+    with LocalCluster(2) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster)
+        before = list(cluster.urls)
+        cluster.processes[0].kill()
+        deadline = time.monotonic() + 20
+        while cluster.urls[0] == before[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cluster.urls[0] != before[0] and cluster.urls[1] == before[1]
+        assert cluster.restarts == 1
+        assert set(dctx.worker_urls) == set(cluster.urls)
+        sql = "SELECT count(*) AS n FROM lineitem"
+        assert compare(ctx, dctx, sql).verdict == "equal"
+    with LocalCluster(1, restart=False) as cluster:
+        url = cluster.urls[0]
+        cluster.processes[0].kill()
+        time.sleep(1)
+        assert cluster.urls == [url] and cluster.processes[0].poll() is not None
+
+
+def test_local_cluster_works_from_the_projects_own_checkout(tmp_path):
+    """Started from a directory holding this project's source tree (whose package has no
+    built core), workers still import the installed build."""
+    checkout = Path(__file__).resolve().parent.parent
+    code = (
+        "from datafusion import SessionContext\n"
+        "from datafusion_distributed_py import DistributedContext, LocalCluster\n"
+        "with LocalCluster(2) as c:\n"
+        "    print(DistributedContext(SessionContext(), workers=c).sql('SELECT 41 + 1 AS x')"
+        ".to_pylist())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "[{'x': 42}]" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def sf1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kept = Path(__file__).parent.parent / "benchmarks" / "data" / "sf1.0-p8"
+    if (kept / ".complete-sf1.0-parts8").exists():
+        return kept
+    return tpch.generate(tmp_path_factory.mktemp("sf1"), scale_factor=1.0, parts=8)
+
+
+@pytest.mark.parametrize("limit", ["500MB", "120MB"])
+def test_big_queries_fit_a_memory_limit_by_spilling(sf1, limit):
+    """TPC-H SF1 q9/q18/q21 under a per-worker memory limit: the same rows as single-node.
+    At 500 MB they fit on this 2-core machine; at 120 MB sorts and aggregations spill (the
+    spill is in the metrics)."""
+    ctx = SessionContext()
+    tpch.register(ctx, sf1)
+    spilled = 0
+    with LocalCluster(2, memory_limit=limit) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster)
+        for n in (9, 18, 21):
+            outcome = compare(ctx, dctx, tpch.query(n))
+            assert outcome.verdict == "equal", (n, outcome.detail)
+            df = dctx.sql(tpch.query(n))
+            df.collect()
+            spilled += sum(m["spilled_bytes"] or 0 for m in dctx.metrics(df))
+    if limit == "120MB":
+        assert spilled > 0
+
+
+def test_a_query_that_cannot_fit_fails_naming_the_worker(sf1):
+    ctx = SessionContext()
+    tpch.register(ctx, sf1)
+    with LocalCluster(2, memory_limit="30MB") as cluster:
+        dctx = DistributedContext(ctx, workers=cluster)
+        with pytest.raises(Exception, match=r"(?s)Resources exhausted.*on worker http://") as e:
+            dctx.sql(tpch.query(9)).collect()
+        assert not isinstance(e.value, WorkerError)
+        # The worker survived: the next query runs.
+        assert dctx.sql("SELECT count(*) AS n FROM region").to_pylist() == [{"n": 5}]
