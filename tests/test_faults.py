@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import SPLIT_CONFIG, assert_same_rows, free_ports
 from datafusion import SessionContext, udf
 
 from datafusion_distributed_py import (
@@ -27,8 +28,6 @@ from datafusion_distributed_py import (
     tpch,
 )
 from datafusion_distributed_py.differential import compare
-
-from conftest import SPLIT_CONFIG, assert_same_rows, free_ports
 
 #: A query that runs for seconds on three workers: a Python UDF that sleeps per batch.
 SLOW = (
