@@ -311,26 +311,74 @@ class DistributedContext:
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
         session = _session_options(self._ctx)
+        # A DataFrame plans with the settings of its creation: re-create it under ours.
+        fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+        _check_result_names(fresh)
+        # Planning errors are the query's own: they surface as single-node's would.
+        options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
+        self._check_scalar_subqueries(fresh.execution_plan(), options)
         with _planning_settings(self._ctx, session):
-            # A DataFrame plans with the settings of its creation: re-create it under ours.
             fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-            _check_result_names(fresh)
-            # Planning errors are the query's own: they surface as single-node's would.
-            physical = fresh.execution_plan()
+            try:
+                physical = fresh.execution_plan()
+            except Exception as e:  # single-node planned it: only the join form cannot
+                raise UnsupportedPlanError(
+                    "a scalar subquery in this position cannot be planned as a join, the form "
+                    f"workers can run ({str(e).splitlines()[0]})"
+                ) from e
             writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
             try:
                 plan_bytes = physical.to_bytes(self._ctx)
             except Exception as e:  # datafusion raises plain Exception subclasses
                 raise _unsupported(self._ctx, fresh, e) from e
-        options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(self._progress)
         cfg = self._config
-        return self._coordinator.distribute(
+        plan = self._coordinator.distribute(
             plan_bytes, codec, options, stores, report, session=self._ctx,
             min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
         )  # fmt: skip
+        _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
+        return plan
+
+    def _check_scalar_subqueries(self, plan: ExecutionPlan, options: dict[str, str]) -> None:
+        """Refuse (as not distributable) a plan with a scalar subquery that does not yield
+        exactly one row. Distributed, scalar subqueries run as joins, which give no row where
+        single-node gives NULL or an error ("returned more than one row"). An aggregate
+        without GROUP BY always yields one row; any other subquery is run first (distributed)
+        to count its rows."""
+        pending = [plan]
+        while pending:
+            node = pending.pop()
+            children = node.children()
+            if node.display().startswith("ScalarSubqueryExec"):
+                for sub in children[1:]:
+                    if not _one_row(sub) and self._count_rows(sub, options) != 1:
+                        raise UnsupportedPlanError(
+                            "a scalar subquery does not yield exactly one row (single-node "
+                            "gives NULL or an error for it; the join form workers run would "
+                            "give no row)"
+                        )
+            pending.extend(children)
+
+    def _count_rows(self, plan: ExecutionPlan, options: dict[str, str]) -> int | None:
+        """Rows of ``plan`` (a scalar subquery), run distributed; None if it cannot be."""
+        try:
+            distributed = self._coordinator.distribute(
+                plan.to_bytes(self._ctx),
+                self._ctx.__datafusion_physical_extension_codec__(),
+                options,
+                object_stores.stores_of(self._ctx),
+                None,
+                session=self._ctx,
+                min_workers=self._config.min_workers,
+                max_retries=self._config.max_retries,
+            )
+            batches = self._ctx.read_table(distributed).collect()
+        except Exception:  # a subquery that cannot travel: the query runs single-node
+            return None
+        return int(sum(b.num_rows for b in batches))
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -411,10 +459,34 @@ def _session_options(ctx: SessionContext) -> dict[str, str]:
 
 #: Settings the single-node planner must use for a plan that will be distributed:
 #: datafusion-distributed cannot cut a plan whose scalar subqueries run as a physical
-#: ScalarSubqueryExec (their stages are never scheduled), so they are planned as joins.
+#: ScalarSubqueryExec (their stages are never scheduled), so they are planned as joins — the
+#: same answer when each subquery yields one row (see :func:`_check_scalar_subqueries`).
 _PLANNING_OVERRIDES = {
     "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery": "false",
 }
+
+
+def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:
+    """Refuse (as not distributable) a plan whose result types changed in serialisation
+    (DataFusion 55 writes a Float16 literal as a Float32 one, for instance)."""
+    for want, got in zip(single_node, distributed, strict=False):
+        if want.type != got.type:
+            raise UnsupportedPlanError(
+                f"its column {want.name!r} is {want.type} single-node but {got.type} once the "
+                "plan is serialised (DataFusion 55's plan serialisation changes the type)"
+            )
+
+
+def _one_row(plan: ExecutionPlan) -> bool:
+    """Whether ``plan`` yields exactly one row: an aggregate without GROUP BY, under
+    projections and coalescing."""
+    node = plan
+    while True:
+        name, _, details = node.display().partition(":")
+        if name in ("ProjectionExec", "CoalescePartitionsExec", "CoalesceBatchesExec"):
+            node = node.children()[0]
+            continue
+        return name == "AggregateExec" and "gby=[]," in details and "mode=Partial," not in details
 
 
 @contextlib.contextmanager

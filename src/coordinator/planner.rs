@@ -26,7 +26,7 @@ use super::settings::apply_options;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, memory_tables, window_function_headers};
-use crate::errors::as_worker_failure;
+use crate::errors::{as_worker_failure, not_distributable};
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites;
 use crate::protocol::display_url;
@@ -140,8 +140,16 @@ impl ClusterPlanner {
         let log = Arc::new(TaskLog::with_progress(progress, attempt));
         let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
         let task_ctx = state.task_ctx();
+        // What cannot be decoded lost something in serialisation (a Float16 literal turned
+        // Float32, an operator with no serialised form): the query runs single-node instead.
         let plan =
-            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)?;
+            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)
+                .map_err(|e| {
+                    not_distributable(format!(
+                        "its plan does not survive DataFusion 55's plan serialisation ({})",
+                        e.to_string().lines().next().unwrap_or_default()
+                    ))
+                })?;
         plan_rewrites::check_nothing_lost(&plan)?;
         if matches!(self.cluster, Cluster::Remote(..)) {
             let mut headers = stores_to_headers(&req.stores);

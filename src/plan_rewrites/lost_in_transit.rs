@@ -16,7 +16,7 @@ use datafusion::common::Result;
 use datafusion::physical_expr::window::{
     PlainAggregateWindowExpr, SlidingAggregateWindowExpr, StandardWindowExpr, WindowExpr,
 };
-use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -29,7 +29,9 @@ const FILTER: &str = " FILTER (WHERE ";
 pub fn check_nothing_lost(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     let mut lost = None;
     plan.apply(|node| {
-        lost = lost_in_window(node.as_ref()).or_else(|| lost_in_grouping(node.as_ref()));
+        lost = lost_in_window(node.as_ref())
+            .or_else(|| lost_in_grouping(node.as_ref()))
+            .or_else(|| lost_in_types(node.as_ref()));
         Ok(match lost {
             Some(_) => TreeNodeRecursion::Stop,
             None => TreeNodeRecursion::Continue,
@@ -115,6 +117,34 @@ fn planned_in_reverse(expr: &dyn WindowExpr) -> bool {
         .iter()
         .copied()
         .eq(actual)
+}
+
+/// An aggregate records the input types it was planned for; the decoded input yielding other
+/// types means a value changed type on the way (a `Float16` literal is written as `Float32`),
+/// and its accumulators would fail (or worse) on workers.
+fn lost_in_types(node: &dyn ExecutionPlan) -> Option<String> {
+    let agg = node.downcast_ref::<AggregateExec>()?;
+    // A final aggregate records the input of its partial one, not its own.
+    if !matches!(
+        agg.mode(),
+        AggregateMode::Partial | AggregateMode::Single | AggregateMode::SinglePartitioned
+    ) {
+        return None;
+    }
+    let (planned, actual) = (agg.input_schema(), agg.input().schema());
+    planned
+        .fields()
+        .iter()
+        .zip(actual.fields())
+        .find(|(p, a)| p.data_type() != a.data_type())
+        .map(|(p, a)| {
+            format!(
+                "the column {:?} is {} single-node but {} once serialised",
+                p.name(),
+                p.data_type(),
+                a.data_type()
+            )
+        })
 }
 
 fn lost_in_grouping(node: &dyn ExecutionPlan) -> Option<String> {
