@@ -13,6 +13,7 @@ time (from the fault until a query succeeds again). Prints a table and writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -72,6 +73,7 @@ def classify(status: str, value: object, expected: pa.Table, victim: str, retrie
         if isinstance(value, WorkerError):
             named = getattr(value, "worker_url", None) == victim
             return "WorkerError naming the worker" if named else "WorkerError naming another"
+        print(f"    other error: {value!s:.400}", flush=True)
         return f"other error: {type(value).__name__}"
     try:
         assert isinstance(value, pa.Table)
@@ -126,23 +128,26 @@ def main() -> int:
             df = dctx.sql(tpch.query(n))
 
             def inject(
-                pid: int = proc.pid, fault: str = fault, at: float = at, box: list = []  # noqa: B006
+                pid: int = proc.pid,
+                fault: str = fault,
+                at: float = at,
+                box: list = [],  # noqa: B006
             ) -> None:
                 time.sleep(at)
                 box.append(time.monotonic())
-                if fault == "kill":
-                    os.kill(pid, signal.SIGKILL)
-                elif fault == "restart":
-                    os.kill(pid, signal.SIGTERM)
-                else:
-                    os.kill(pid, signal.SIGSTOP)
-                    time.sleep(FREEZE)
-                    os.kill(pid, signal.SIGCONT)
+                # A worker may be gone already (still exiting from an earlier restart).
+                with contextlib.suppress(ProcessLookupError):
+                    if fault == "kill":
+                        os.kill(pid, signal.SIGKILL)
+                    elif fault == "restart":
+                        os.kill(pid, signal.SIGTERM)
+                    else:
+                        os.kill(pid, signal.SIGSTOP)
+                        time.sleep(FREEZE)
+                        os.kill(pid, signal.SIGCONT)
 
             fault_time: list[float] = []
-            injector = threading.Thread(
-                target=inject, kwargs={"box": fault_time}, daemon=True
-            )
+            injector = threading.Thread(target=inject, kwargs={"box": fault_time}, daemon=True)
             injector.start()
             status, value = run_with_timeout(df.to_arrow_table, HANG)
             retried = status == "ok" and any(m["attempt"] > 1 for m in dctx.metrics(df))

@@ -197,7 +197,7 @@ def _dist_runner(dctx: DistributedContext) -> Runner:
     return lambda sql: dctx.sql(sql).to_arrow_table()
 
 
-def write_results(stem, args, modes, queries, times, checks, totals) -> None:
+def write_results(stem, args, modes, queries, times, checks, totals, suite="TPC-H") -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -211,7 +211,7 @@ def write_results(stem, args, modes, queries, times, checks, totals) -> None:
                 ]
             )
     lines = [
-        f"# TPC-H SF{args.sf:g}, best of {args.repeat}",
+        f"# {suite} SF{args.sf:g}, best of {args.repeat}",
         "",
         f"Machine: {machine()}",
         "",
@@ -220,7 +220,8 @@ def write_results(stem, args, modes, queries, times, checks, totals) -> None:
     ]
     for n in queries:
         cells = [
-            f"{times[m][n]:.3f}" + ("" if checks[m][n] in ("ref", "equal") else " (!)")
+            f"{times[m][n]:.3f}"
+            + {"ref": "", "equal": "", "fallback": " (f)"}.get(checks[m][n], " (!)")
             for m in modes
         ]
         lines.append(f"| q{n} | " + " | ".join(cells) + " |")
@@ -245,7 +246,7 @@ def write_results(stem, args, modes, queries, times, checks, totals) -> None:
         ax.set_xticks([q + 0.4 - width / 2 for q in range(len(queries))])
         ax.set_xticklabels([f"q{n}" for n in queries])
         ax.set_ylabel("seconds (best of runs)")
-        ax.set_title(f"TPC-H SF{args.sf:g} — {machine()}", fontsize=8)
+        ax.set_title(f"{suite} SF{args.sf:g} — {machine()}", fontsize=8)
         ax.legend()
         fig.tight_layout()
         fig.savefig(RESULTS / f"{stem}.png", dpi=100)

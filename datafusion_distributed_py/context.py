@@ -470,11 +470,24 @@ def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:
     """Refuse (as not distributable) a plan whose result types changed in serialisation
     (DataFusion 55 writes a Float16 literal as a Float32 one, for instance)."""
     for want, got in zip(single_node, distributed, strict=False):
-        if want.type != got.type:
+        if not _same_kind(want.type, got.type):
             raise UnsupportedPlanError(
                 f"its column {want.name!r} is {want.type} single-node but {got.type} once the "
                 "plan is serialised (DataFusion 55's plan serialisation changes the type)"
             )
+
+
+def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether two result types are the same up to what DataFusion itself lets differ between
+    a logical plan and its physical plan (decimal precision, string and binary encodings)."""
+    if a == b:
+        return True
+    text = (pa.types.is_string, pa.types.is_large_string, lambda t: str(t) == "string_view")
+    binary = (pa.types.is_binary, pa.types.is_large_binary, lambda t: str(t) == "binary_view")
+    for group in ((pa.types.is_decimal,), text, binary):
+        if any(f(a) for f in group) and any(f(b) for f in group):
+            return True
+    return False
 
 
 def _one_row(plan: ExecutionPlan) -> bool:

@@ -210,9 +210,7 @@ def _order_keys(sql: str, names: list[str]) -> list[_Key] | None:
         name = words[0].strip('"').lower()
         rest = " ".join(words[1:]).upper()
         desc = rest.startswith("DESC")
-        nulls_first = (
-            True if "NULLS FIRST" in rest else False if "NULLS LAST" in rest else None
-        )
+        nulls_first = True if "NULLS FIRST" in rest else False if "NULLS LAST" in rest else None
         if name.isdigit() and 0 < int(name) <= len(names):
             index = int(name) - 1
         elif lowered.count(name) == 1:

@@ -12,9 +12,6 @@ pub struct WorkerFailure {
     /// The worker died, froze or cannot be reached (as opposed to refusing us: credentials,
     /// version, TLS settings): the query may be re-planned on the others.
     pub lost: bool,
-    /// `worker` only reported losing its connection to another worker (which one, its
-    /// message does not say): the lost one is still to be found.
-    pub peer: bool,
 }
 
 impl fmt::Display for WorkerFailure {
@@ -35,7 +32,6 @@ pub fn worker_failure(msg: String) -> DataFusionError {
         message: msg,
         worker,
         lost: false,
-        peer: false,
     }))
 }
 
@@ -45,7 +41,6 @@ pub fn worker_lost(worker: &str, what: String) -> DataFusionError {
         message: format!("worker {worker} {what}"),
         worker: Some(worker.to_string()),
         lost: true,
-        peer: false,
     }))
 }
 
@@ -60,6 +55,8 @@ const BROKEN_CONNECTION: &[&str] = &[
     "Connection reset",
     "broken pipe",
     "keep-alive",
+    "connection closed",
+    "tonic::transport::Error",
 ];
 
 /// Whether `err` is a worker lost (died, froze, unreachable): what a retry may get past.
@@ -222,7 +219,6 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
             ),
             worker: Some(worker.to_string()),
             lost: true,
-            peer: true,
         }));
     }
     DataFusionError::External(Box::new(RaisedOnWorker {

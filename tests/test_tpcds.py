@@ -30,15 +30,19 @@ def ctx(tpcds_dir: Path) -> SessionContext:
     return ctx
 
 
-def check(ctx: SessionContext, dctx: DistributedContext, sql: str) -> None:
+#: Queries answered through the single-node fallback at this scale, and why.
+FALLS_BACK = {44: "its scalar subquery yields no row at SF 0.01 (single-node makes it NULL)"}
+
+
+def check(ctx: SessionContext, dctx: DistributedContext, sql: str, n: int) -> None:
     outcome = compare(ctx, dctx, sql)
     assert outcome.verdict == "equal", outcome.detail
-    assert ran_on(dctx.sql(sql)) == "workers"
+    assert ran_on(dctx.sql(sql)) == ("coordinator" if n in FALLS_BACK else "workers")
 
 
 @pytest.mark.parametrize("n", tpcds.QUERIES)
 def test_tpcds_embedded(ctx, tpcds_dir, n):
-    check(ctx, DistributedContext(ctx), tpcds.query(tpcds_dir, n))
+    check(ctx, DistributedContext(ctx), tpcds.query(tpcds_dir, n), n)
 
 
 @pytest.fixture(scope="module")
@@ -49,4 +53,4 @@ def cluster():
 
 @pytest.mark.parametrize("n", ON_WORKERS)
 def test_tpcds_on_worker_processes(ctx, tpcds_dir, cluster, n):
-    check(ctx, DistributedContext(ctx, workers=cluster), tpcds.query(tpcds_dir, n))
+    check(ctx, DistributedContext(ctx, workers=cluster), tpcds.query(tpcds_dir, n), n)

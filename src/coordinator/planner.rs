@@ -113,7 +113,9 @@ impl ClusterPlanner {
             return None;
         };
         let urls = self.urls().ok()?;
-        let lost = lost_workers(channels, &urls).await;
+        let mut lost = lost_workers(channels, &urls).await;
+        // A worker whose connection is refused is gone; one slow to answer may only be busy.
+        lost.sort_by_key(|e| e.to_string().contains("stopped answering"));
         let first = lost.into_iter().next()?;
         if let Some(url) = as_worker_failure(&first)
             .and_then(|f| f.worker.as_deref())

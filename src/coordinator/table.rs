@@ -22,7 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::root::DistributedRootExec;
 use super::task_log::TaskLog;
-use crate::errors::as_worker_failure;
+use crate::errors::{as_worker_failure, worker_lost};
 use crate::runtime;
 
 /// A run of the query: the plan executed and where its tasks went.
@@ -75,10 +75,12 @@ impl Query {
         }
     }
 
-    /// The lost worker behind `err` when a worker only reported losing another: found by
-    /// asking every worker; `err` itself when none is found (or it is something else).
+    /// The lost worker behind `err`, a worker failure: found by asking every worker; `err`
+    /// itself when none is found (or it is something else).
     pub async fn name_lost_peer(&self, err: DataFusionError) -> DataFusionError {
-        if !as_worker_failure(&err).is_some_and(|f| f.peer) {
+        // A lost worker also breaks the streams of the others (reset, cancelled): ask them
+        // all, and name the one that is really gone.
+        if !as_worker_failure(&err).is_some_and(|f| f.lost) {
             return err;
         }
         let planner = Arc::clone(&self.planner);
@@ -87,7 +89,22 @@ impl Query {
             .await
             .ok()
             .flatten();
-        found.unwrap_or(err)
+        let (Some(found), Some(failure)) = (found, as_worker_failure(&err)) else {
+            return err;
+        };
+        let Some(lost) = as_worker_failure(&found).and_then(|f| f.worker.clone()) else {
+            return err;
+        };
+        if failure.worker.as_deref() == Some(lost.as_str()) {
+            return err;
+        }
+        // It died mid-query; the probe only found it gone: say it as what happened.
+        let message = &as_worker_failure(&found).expect("found above").message;
+        let cause = message
+            .split_once(" (")
+            .map(|(_, c)| c.trim_end_matches(')'))
+            .unwrap_or("unreachable");
+        worker_lost(&lost, format!("died ({cause})"))
     }
 
     /// The task log of the latest run.
