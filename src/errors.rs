@@ -236,7 +236,7 @@ mod tests {
         let err = worker_failure("worker http://h:1 died".into());
         let wrapped = DataFusionError::Context("running stage".into(), Box::new(err));
         assert_eq!(
-            as_worker_failure(&wrapped).map(|f| f.0.as_str()),
+            as_worker_failure(&wrapped).map(|f| f.message.as_str()),
             Some("worker http://h:1 died")
         );
         assert!(!is_worker_lost(&wrapped));
