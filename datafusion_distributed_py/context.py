@@ -316,7 +316,8 @@ class DistributedContext:
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
-        self._check_scalar_subqueries(fresh.execution_plan(), options)
+        if "Subquery:" in fresh.logical_plan().display_indent():  # planned once more only then
+            self._check_scalar_subqueries(fresh.execution_plan(), options)
         with _planning_settings(self._ctx, session):
             fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             try:
