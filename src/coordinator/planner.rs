@@ -69,6 +69,8 @@ pub struct Planned {
     pub task_ctx: Arc<TaskContext>,
     /// Filled while the plan runs: which worker ran which task.
     pub log: Arc<TaskLog>,
+    /// The worker set it was planned for (as the resolver gave it).
+    pub workers: Vec<Url>,
 }
 
 pub struct ClusterPlanner {
@@ -129,7 +131,8 @@ impl ClusterPlanner {
     /// Resolves the workers, leaves out the lost ones, decodes the plan and distributes it;
     /// `attempt` counts the runs of this query (1 for the first).
     pub async fn plan(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
-        let mut urls = self.urls()?;
+        let resolved = self.urls()?;
+        let mut urls = resolved.clone();
         if let Cluster::Remote(_, channels, quarantine) = &self.cluster {
             urls = usable_workers(channels, &urls, quarantine, req.min_workers).await?;
         }
@@ -168,6 +171,7 @@ impl ClusterPlanner {
             plan,
             task_ctx,
             log,
+            workers: resolved,
         })
     }
 

@@ -53,6 +53,7 @@ impl Query {
             plan,
             task_ctx,
             log,
+            ..
         } = runtime::handle()
             .spawn(async move { this.planner.plan(&this.request, attempt).await })
             .await
@@ -118,6 +119,10 @@ pub struct DistributedTable {
     query: Arc<Query>,
     /// The plan made when the query was submitted: shown by `explain`.
     planned: Arc<dyn ExecutionPlan>,
+    /// That plan, not run yet: the first scan runs it when the worker set is still the one it
+    /// was planned for, instead of planning again (a plan runs at most once: its nodes hold
+    /// run state such as join builds and dynamic filters).
+    unused: Mutex<Option<Planned>>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -135,8 +140,16 @@ impl DistributedTable {
                 runs: Mutex::default(),
                 retries_on: AtomicBool::new(true),
             }),
-            planned: planned.plan,
+            planned: Arc::clone(&planned.plan),
+            unused: Mutex::new(Some(planned)),
         }
+    }
+
+    /// The plan made at submission, if it was not run yet and the worker set is unchanged.
+    fn take_unused(&self) -> Option<Planned> {
+        let planned = self.unused.lock().expect("poisoned").take()?;
+        let now = self.query.planner.urls().ok()?;
+        (now == planned.workers).then_some(planned)
     }
 
     /// The plan made when the query was submitted (what `explain` shows).
@@ -199,7 +212,20 @@ impl TableProvider for DistributedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let (plan, task_ctx) = self.query.plan_run(1, projection).await?;
+        let (plan, task_ctx) = match self.take_unused() {
+            Some(Planned {
+                plan,
+                task_ctx,
+                log,
+                ..
+            }) => {
+                let mut runs = self.query.runs.lock().expect("poisoned");
+                runs.clear();
+                runs.push((Arc::clone(&plan), log));
+                (project(plan, projection)?, task_ctx)
+            }
+            None => self.query.plan_run(1, projection).await?,
+        };
         Ok(Arc::new(DistributedRootExec::new(
             plan,
             task_ctx,
