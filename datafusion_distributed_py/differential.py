@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import math
 import re
 import shutil
@@ -35,7 +34,7 @@ import pyarrow as pa
 from datafusion import SessionContext
 
 from datafusion_distributed_py.context import DistributedContext
-from datafusion_distributed_py.dataframe import source_of
+from datafusion_distributed_py.dataframe import ran_on
 
 #: equal: same rows; error: single-node answered, distributed raised; wrong: both answered,
 #: differently (or distributed answered where single-node raised); both-raised: no answer to
@@ -94,36 +93,19 @@ def _ordered(sql: str) -> bool:
     return re.search(r"\bORDER\s+BY\b", tail, re.IGNORECASE) is not None
 
 
-class _Fallbacks(logging.Handler):
-    """Counts the fallback warnings of ``datafusion_distributed_py``."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "runs on the coordinator" in record.getMessage():
-            self.count += 1
-
-
 def compare(ctx: SessionContext, dctx: DistributedContext, sql: str) -> Outcome:
     """Run ``sql`` single-node on ``ctx`` and distributed on ``dctx``; compare the answers."""
     try:
         expected: pa.Table | Exception = ctx.sql(sql).to_arrow_table()
     except Exception as e:  # the query's own error, to be given distributed too
         expected = e
-    logger = logging.getLogger("datafusion_distributed_py")
-    counter = _Fallbacks()
-    logger.addHandler(counter)
     fallback = False
     try:
         df = dctx.sql(sql)
-        fallback = counter.count > 0 or getattr(source_of(df), "reason", None) is not None
+        fallback = ran_on(df) == "coordinator"
         got: pa.Table | Exception = df.to_arrow_table()
     except Exception as e:
         got = e
-    finally:
-        logger.removeHandler(counter)
     verdict, detail = _verdict(expected, got)
     return Outcome(sql, verdict, fallback, detail)
 

@@ -15,13 +15,14 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::WindowUDF;
-use datafusion::physical_expr::window::{StandardWindowExpr, WindowExpr};
-use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec, WindowUDFExpr};
+use datafusion::physical_expr::window::StandardWindowExpr;
+use datafusion::physical_plan::windows::WindowUDFExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::fragment::BUILTINS;
+use crate::plan_rewrites::window_exprs;
 
 /// The header carrying the query's own window functions to worker processes.
 pub const WINDOW_FUNCTIONS_HEADER: &str = "x-dfdpy-window-functions";
@@ -30,13 +31,7 @@ pub const WINDOW_FUNCTIONS_HEADER: &str = "x-dfdpy-window-functions";
 fn own_window_functions(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<WindowUDF>>> {
     let mut found = Vec::new();
     plan.apply(|node| {
-        let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-            w.window_expr()
-        } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
-            w.window_expr()
-        } else {
-            &[]
-        };
+        let exprs = window_exprs(node.as_ref()).unwrap_or_default();
         for expr in exprs {
             let udwf = expr
                 .as_any()

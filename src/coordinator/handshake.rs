@@ -92,25 +92,23 @@ pub async fn usable_workers(
         urls.iter().partition(|u| quarantine.resting(u, now));
     let mut usable = Vec::new();
     let mut lost = Vec::new();
-    let mut rounds = vec![fresh];
+    let mut asked = fresh;
     // Too few without the quarantined ones: ask them again before giving up.
     if urls.len() - resting.len() < min_workers.max(1) {
-        rounds[0].extend(resting.iter().copied());
+        asked.extend(resting.iter().copied());
     }
-    for round in rounds {
-        let answers = futures::future::join_all(round.iter().map(|url| probe(channels, url))).await;
-        for (url, answer) in round.into_iter().zip(answers) {
-            match answer {
-                Ok(()) => {
-                    quarantine.release(url);
-                    usable.push(url.clone());
-                }
-                Err(e) if is_worker_lost(&e) => {
-                    quarantine.put(url);
-                    lost.push(e);
-                }
-                Err(e) => return Err(e),
+    let answers = futures::future::join_all(asked.iter().map(|url| probe(channels, url))).await;
+    for (url, answer) in asked.into_iter().zip(answers) {
+        match answer {
+            Ok(()) => {
+                quarantine.release(url);
+                usable.push(url.clone());
             }
+            Err(e) if is_worker_lost(&e) => {
+                quarantine.put(url);
+                lost.push(e);
+            }
+            Err(e) => return Err(e),
         }
     }
     usable.sort_by_key(|u| urls.iter().position(|x| x == u));

@@ -17,9 +17,9 @@ use datafusion::physical_expr::window::{
     PlainAggregateWindowExpr, SlidingAggregateWindowExpr, StandardWindowExpr, WindowExpr,
 };
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::window_exprs;
 use crate::errors::not_distributable;
 
 const IGNORE_NULLS: &str = " IGNORE NULLS";
@@ -46,13 +46,7 @@ pub fn check_nothing_lost(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
 }
 
 fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
-    let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-        w.window_expr()
-    } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
-        w.window_expr()
-    } else {
-        return None;
-    };
+    let exprs = window_exprs(node)?;
     exprs.iter().find_map(|expr| {
         let name = expr.name();
         let any = expr.as_any();

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
+use datafusion::physical_expr::window::WindowExpr;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
 mod cooperative;
@@ -17,4 +19,14 @@ pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
     cooperative::yield_after_amplifiers(plan)
+}
+
+/// The window expressions of `node`, if it is a window operator (either kind).
+pub fn window_exprs(node: &dyn ExecutionPlan) -> Option<&[Arc<dyn WindowExpr>]> {
+    if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        Some(w.window_expr())
+    } else {
+        node.downcast_ref::<BoundedWindowAggExec>()
+            .map(|w| w.window_expr())
+    }
 }

@@ -10,21 +10,17 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
-use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
+
+use super::window_exprs;
 
 /// `plan` with the sort under each window operator extended to all its PARTITION BY columns.
 pub fn sort_all_partition_columns(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
-        let exprs: &[Arc<dyn WindowExpr>] = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-            w.window_expr()
-        } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
-            w.window_expr()
-        } else {
+        let Some(exprs) = window_exprs(node.as_ref()) else {
             return Ok(Transformed::no(node));
         };
         let Some(sort) = node.children()[0].downcast_ref::<SortExec>() else {
