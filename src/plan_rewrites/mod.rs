@@ -1,5 +1,6 @@
 //! Rewrites applied to every plan decoded from datafusion-python before it is distributed:
-//! repairs of what DataFusion 55's serialisation loses, and cancellation points.
+//! repairs of what DataFusion 55's serialisation loses, filters that must reach scans in
+//! other stages, and cancellation points.
 use std::sync::Arc;
 
 use datafusion::common::Result;
@@ -10,6 +11,7 @@ use datafusion::physical_plan::ExecutionPlan;
 mod cooperative;
 mod generate_series;
 mod lost_in_transit;
+mod scan_filters;
 mod window_sorts;
 
 pub use lost_in_transit::check_nothing_lost;
@@ -18,6 +20,7 @@ pub use lost_in_transit::check_nothing_lost;
 pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
+    let plan = scan_filters::filter_scans_across_stages(plan)?;
     cooperative::yield_after_amplifiers(plan)
 }
 
