@@ -316,9 +316,11 @@ class DistributedContext:
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
-        if "Subquery:" in fresh.logical_plan().display_indent():  # planned once more only then
+        # The overrides concern subqueries only: without one, the plan is made once, as is.
+        subqueries = "Subquery:" in fresh.logical_plan().display_indent()
+        if subqueries:
             self._check_scalar_subqueries(fresh.execution_plan(), options)
-        with _planning_settings(self._ctx, session):
+        with _planning_settings(self._ctx, session) if subqueries else contextlib.nullcontext():
             fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             try:
                 physical = fresh.execution_plan()
@@ -450,7 +452,8 @@ def _check_result_names(df: DataFrame) -> None:
 
 
 def _session_options(ctx: SessionContext) -> dict[str, str]:
-    """The session's own settings, so workers plan and run with them too."""
+    """The session's own settings, so workers plan and run with them too (read at each query,
+    so that a ``SET`` on ``ctx`` applies to the next one)."""
     try:
         rows = ctx.sql("SELECT name, value FROM information_schema.df_settings").to_pylist()
     except Exception:  # information_schema disabled: planner defaults apply

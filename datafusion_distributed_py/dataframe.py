@@ -74,15 +74,15 @@ def translate(err: Exception) -> Exception | None:
         return None
 
 
-def _translating(df: DataFrame, method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` bound to ``df``, with errors translated and the DataFrames it returns kept
-    distributed."""
+def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` with errors translated and the DataFrames it returns kept distributed
+    (made once per method; :func:`distributed_frame` binds it to each frame)."""
 
     # A write is never run twice: a lost worker then fails it instead of re-running it.
     writes = method.__name__.startswith("write_")
 
     @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
         source = df._dfdpy_source  # type: ignore[attr-defined]
         plan = source if writes and isinstance(source, _internal.DistributedPlan) else None
         if plan is not None:
@@ -98,16 +98,16 @@ def _translating(df: DataFrame, method: Callable[..., Any]) -> Callable[..., Any
             if plan is not None:
                 plan.set_retries(True)
         if isinstance(out, DataFrame):
-            return distributed_frame(out, df._dfdpy_source)  # type: ignore[attr-defined]
+            return distributed_frame(out, source)
         return out
 
     return wrapper
 
 
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
-#: as ``__repr__``, cannot be replaced on one instance).
-_METHODS = {
-    name: member
+#: as ``__repr__``, cannot be replaced on one instance), wrapped.
+_WRAPPED = {
+    name: _translating(member)
     for name, member in vars(DataFrame).items()
     if isinstance(member, types.FunctionType) and not name.startswith("_")
 }
@@ -125,8 +125,8 @@ def distributed_frame(df: DataFrame, source: Source) -> DataFrame:
         (True, 1, 'workers')
     """
     df._dfdpy_source = source  # type: ignore[attr-defined]
-    for name, method in _METHODS.items():
-        setattr(df, name, _translating(df, method))
+    for name, wrapper in _WRAPPED.items():
+        setattr(df, name, types.MethodType(wrapper, df))
     return df
 
 
