@@ -6,7 +6,7 @@ exceptions and the three classes, with the signatures of their ``#[pymethods]``.
 
 import os
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import Any, final
 
 from datafusion_distributed_py.context import MetricsRecord
 from datafusion_distributed_py.security import CoreSecurity
@@ -50,17 +50,22 @@ class Coordinator:
     def worker_urls(self) -> list[str]:
         """The worker URLs a query planned now would use."""
 
+    def worker_status(self) -> list[dict[str, Any]]:
+        """How each worker is doing: ``url``, ``error`` (None when it answered),
+        ``rss_bytes``, ``cpu_percent``, ``running_tasks``."""
+
     def distribute(
         self,
         plan_bytes: bytes,
         codec: object,
         options: dict[str, str],
         stores: Sequence[_StoreSpec] = ...,
-        progress: Callable[[int, int, int, str, int, str], None] | None = None,
+        progress: Callable[..., None] | None = None,
         session: object | None = None,
         min_workers: int = 1,
         max_retries: int = 1,
         writes: bool = False,
+        live_interval: float = 0.5,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from datafusion import SessionContext
 
 from datafusion_distributed_py.config import parse_bytes
+from datafusion_distributed_py.dashboard import Dashboard
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.security import Security
 
@@ -54,6 +55,9 @@ class LocalCluster:
         restart: restart a worker process that dies (on a new port; :attr:`urls` follows,
             and a ``DistributedContext`` on this cluster uses the new URL from its next
             query), as Dask's nanny does. ``False`` leaves it dead.
+        dashboard: serve a live page of the workers and of the queries run on them
+            (:class:`~datafusion_distributed_py.dashboard.Dashboard`, on 127.0.0.1, behind
+            the cluster's token); its address is :attr:`dashboard_url`.
 
     Example:
         >>> from datafusion import SessionContext
@@ -74,6 +78,7 @@ class LocalCluster:
         memory_limit: int | str | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
         restart: bool = True,
+        dashboard: bool = False,
         _report_versions: list[str | None] | None = None,
     ) -> None:
         from datafusion_distributed_py.context import default_worker_count
@@ -133,6 +138,31 @@ class LocalCluster:
         if restart:
             self._watcher = threading.Thread(target=self._watch, name="dfdpy-nanny", daemon=True)
             self._watcher.start()
+        #: The live page of this cluster (``dashboard=True``), else None.
+        self.dashboard: Dashboard | None = None
+        if dashboard:
+            self.dashboard = self._serve_dashboard()
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The dashboard's address, with the cluster's token (``dashboard=True``)."""
+        return self.dashboard.url if self.dashboard is not None else None
+
+    def _serve_dashboard(self) -> Dashboard:
+        from datafusion_distributed_py import _internal
+        from datafusion_distributed_py.monitor import MONITOR
+        from datafusion_distributed_py.status import ClusterStatus
+
+        core = self.security._to_core() if self.security is not None else None
+        coordinator = _internal.Coordinator.remote(lambda: list(self.urls), core)
+
+        def status() -> ClusterStatus:
+            return ClusterStatus.take(coordinator.worker_status(), MONITOR.queries(owner=self))
+
+        token = self.security.token if self.security is not None else None
+        board = Dashboard(status, token=token)
+        _log.info("LocalCluster dashboard: %s", board.url)
+        return board
 
     def _watch(self) -> None:
         """Restart each worker process that exits, until :meth:`close`."""
@@ -223,6 +253,10 @@ class LocalCluster:
     def close(self, timeout: float = 10.0) -> None:
         """Stop every worker (SIGTERM, then SIGKILL after ``timeout`` seconds), and remove
         :attr:`log_dir` if this cluster created it."""
+        board = getattr(self, "dashboard", None)
+        if board is not None:
+            board.close()
+            self.dashboard = None
         self._stop_watching()
         for p in self.processes:
             if p.poll() is None:

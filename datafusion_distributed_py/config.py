@@ -21,8 +21,8 @@ class DistributedConfig:
     """Settings of the distributed planner and runtime (``distributed.*`` options).
 
     The planner fields map to the options ``distributed.<field>`` of the
-    datafusion-distributed crate; the others (``min_workers``, ``max_retries``, ``fallback``)
-    are this package's own.
+    datafusion-distributed crate; the others (``min_workers``, ``max_retries``, ``fallback``,
+    ``progress_interval``) are this package's own.
     ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql` changes any
     of them.
 
@@ -51,6 +51,10 @@ class DistributedConfig:
             DataFusion 55 cannot serialise...): ``"coordinator"`` runs it single-node here
             and logs a warning naming the reason; ``"error"`` raises
             :class:`UnsupportedTableError` instead.
+        progress_interval: seconds between asks to workers for the rows their running tasks
+            produced, while progress is shown or a dashboard watches (live bars, ``rows`` in
+            :class:`ProgressEvent`); 0 turns live progress off (progress then moves as tasks
+            end).
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -81,6 +85,7 @@ class DistributedConfig:
     min_workers: int = 1
     max_retries: int = 1
     fallback: Fallback = "coordinator"
+    progress_interval: float = 0.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -107,6 +112,8 @@ class DistributedConfig:
             )
         if self.fallback not in ("coordinator", "error"):
             raise ValueError(f"fallback must be 'coordinator' or 'error', got {self.fallback!r}")
+        if self.progress_interval < 0:
+            raise ValueError("progress_interval must be >= 0 seconds")
         if self.min_workers == 0:
             raise ValueError("min_workers must be >= 1")
         if self.file_scan_config_bytes_per_partition == 0:
@@ -166,10 +173,11 @@ _TYPES: dict[str, type] = {
     "min_workers": int,
     "max_retries": int,
     "fallback": str,
+    "progress_interval": float,
 }
 
 #: Fields of this package's own, not options of the crate's planner.
-_OWN = frozenset({"min_workers", "max_retries", "fallback"})
+_OWN = frozenset({"min_workers", "max_retries", "fallback", "progress_interval"})
 
 
 def _parse(name: str, text: str) -> Any:

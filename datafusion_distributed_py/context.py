@@ -17,10 +17,13 @@ from datafusion.expr import CopyTo, DmlStatement, EmptyRelation, TableScan
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
+from datafusion_distributed_py.dashboard import Dashboard
 from datafusion_distributed_py.dataframe import Fallback, Source, distributed_frame, source_of
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
+from datafusion_distributed_py.monitor import MONITOR, Feed
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
+from datafusion_distributed_py.status import ClusterStatus
 
 
 @runtime_checkable
@@ -147,7 +150,8 @@ class DistributedContext:
         self._config = config or DistributedConfig()
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
-        self._coordinator = _coordinator_for(workers, _security_for(workers, security))
+        self._security = _security_for(workers, security)
+        self._coordinator = _coordinator_for(workers, self._security)
 
     @property
     def ctx(self) -> SessionContext:
@@ -192,7 +196,7 @@ class DistributedContext:
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(df.logical_plan().to_variant(), EmptyRelation):
             return df
-        return self.distribute(df)
+        return self._distribute(df, query.strip())
 
     def distribute(self, df: DataFrame) -> DataFrame:
         """Return a DataFrame that runs ``df`` (built on ``ctx``) distributed.
@@ -209,12 +213,16 @@ class DistributedContext:
             >>> dctx.distribute(t.aggregate([col("k")], [f.count(col("k"))])).count()
             2
         """
-        source = self._source(df)
+        return self._distribute(df, _describe(df))
+
+    def _distribute(self, df: DataFrame, sql: str) -> DataFrame:
+        feed = Feed(sql, (self, self._workers), self._progress)
+        source = self._source(df, feed)
         if isinstance(source, Fallback):
             # A frame of its own: the caller's df stays as it was.
             own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-            return distributed_frame(own, source)
-        return distributed_frame(self._ctx.read_table(source), source)
+            return distributed_frame(own, source, feed)
+        return distributed_frame(self._ctx.read_table(source), source, feed)
 
     def explain(
         self,
@@ -280,6 +288,37 @@ class DistributedContext:
         """:meth:`metrics` as a pyarrow Table."""
         return pa.Table.from_pylist(self.metrics(df))
 
+    def status(self) -> ClusterStatus:
+        """Workers (up or down, CPU, memory, running tasks) and this context's running and
+        recent queries (SQL, duration, rows, stages' progress, failures and retries). In
+        Jupyter it shows as tables.
+
+        Example:
+            >>> from datafusion import SessionContext
+            >>> dctx = DistributedContext(SessionContext(), progress=False)
+            >>> _ = dctx.sql("SELECT 1 AS x").collect()
+            >>> s = dctx.status()
+            >>> len(s.workers) >= 1, s.queries[0].state, s.queries[0].rows
+            (True, 'finished', 1)
+        """
+        return ClusterStatus.take(self._coordinator.worker_status(), MONITOR.queries(owner=self))
+
+    def dashboard(self, host: str = "127.0.0.1", port: int = 0) -> Dashboard:
+        """Serve a live web page of :meth:`status` (refreshed every second) and return it;
+        open ``.url`` in a browser, ``.close()`` it when done. On 127.0.0.1 by default; where
+        the workers have a token, the page needs it too (``.url`` carries it).
+
+        Example:
+            >>> from datafusion import SessionContext
+            >>> dctx = DistributedContext(SessionContext(), progress=False)
+            >>> board = dctx.dashboard()
+            >>> board.url.startswith("http://127.0.0.1:")
+            True
+            >>> board.close()
+        """
+        token = self._security.token if self._security is not None else None
+        return Dashboard(self.status, host=host, port=port, token=token)
+
     # -- internals ---------------------------------------------------------------------
 
     def _source_of(self, query_or_df: str | DataFrame) -> Source:
@@ -292,12 +331,14 @@ class DistributedContext:
                 f"expected a SQL string or a datafusion.DataFrame, got {type(query_or_df).__name__}"
             )
         existing = source_of(df)
-        return existing if existing is not None else self._source(df)
+        if existing is not None:
+            return existing
+        return self._source(df, Feed(_describe(df), (self, self._workers), self._progress))
 
-    def _source(self, df: DataFrame) -> Source:
+    def _source(self, df: DataFrame, feed: Feed) -> Source:
         """Where ``df`` runs: its distributed plan, or the single-node fallback and why."""
         try:
-            return self._plan(df)
+            return self._plan(df, feed)
         except UnsupportedPlanError as e:
             if self._config.fallback == "error":
                 if isinstance(e, UnsupportedTableError):
@@ -307,7 +348,7 @@ class DistributedContext:
         _log.warning("this query runs on the coordinator, single-node: %s", reason)
         return Fallback(reason, df)
 
-    def _plan(self, df: DataFrame) -> _internal.DistributedPlan:
+    def _plan(self, df: DataFrame, feed: Feed) -> _internal.DistributedPlan:
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
         session = _session_options(self._ctx)
@@ -324,10 +365,13 @@ class DistributedContext:
             fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             try:
                 physical = fresh.execution_plan()
-            except Exception as e:  # single-node planned it: only the join form cannot
+            except Exception as e:  # the query's own error: single-node gives it when it runs
+                cause = str(e).splitlines()[0]
                 raise UnsupportedPlanError(
                     "a scalar subquery in this position cannot be planned as a join, the form "
-                    f"workers can run ({str(e).splitlines()[0]})"
+                    f"workers can run ({cause})"
+                    if subqueries
+                    else f"its physical plan cannot be made ({cause})"
                 ) from e
             writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
             try:
@@ -336,11 +380,12 @@ class DistributedContext:
                 raise _unsupported(self._ctx, fresh, e) from e
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
-        report = progress_mod.to_rust(self._progress)
+        report = progress_mod.to_rust(feed)
         cfg = self._config
         plan = self._coordinator.distribute(
             plan_bytes, codec, options, stores, report, session=self._ctx,
             min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
+            live_interval=cfg.progress_interval,
         )  # fmt: skip
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
@@ -435,6 +480,12 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
         "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
         f"got {type(workers).__name__}"
     )
+
+
+def _describe(df: DataFrame) -> str:
+    """A one-line name for a DataFrame built in Python: its logical plan's top node."""
+    first = df.logical_plan().display_indent().strip().split("\n", 1)[0]
+    return f"DataFrame: {first.strip()}"
 
 
 def _check_result_names(df: DataFrame) -> None:

@@ -9,7 +9,9 @@ wrapped on the instance, to keep two things the plain class cannot:
 * **errors as single-node gives them** — a query's own error (a bad cast, a UDF's exception)
   raised on a worker crosses two FFI boundaries and arrives as ``FFI error: External error:
   ...``; it is re-raised with the same type and single-node's message, the worker appended.
-  A failure of a worker itself is raised as :class:`WorkerError` with ``.worker_url``.
+  A failure of a worker itself is raised as :class:`WorkerError` with ``.worker_url``;
+* **what it is doing** — each run (``collect``, ``show``, ``to_pandas``...) is a query in
+  :data:`monitor.MONITOR`, with its stages' progress, for ``status()`` and the dashboard.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datafusion import DataFrame
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.errors import WorkerError
+from datafusion_distributed_py.monitor import MONITOR, Feed
 
 
 @dataclass(frozen=True)
@@ -80,28 +83,70 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
 
     # A write is never run twice: a lost worker then fails it instead of re-running it.
     writes = method.__name__.startswith("write_")
+    runs = method.__name__ in _RUNS
 
     @functools.wraps(method)
     def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
         source = df._dfdpy_source  # type: ignore[attr-defined]
+        feed: Feed | None = df._dfdpy_feed  # type: ignore[attr-defined]
         plan = source if writes and isinstance(source, _internal.DistributedPlan) else None
         if plan is not None:
             plan.set_retries(False)
+        record = None
+        if runs and feed is not None and feed.current is None:
+            distributed = isinstance(source, _internal.DistributedPlan)
+            ran_on = "workers" if distributed else "coordinator"
+            record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
+            feed.current = record
         try:
             out = method(df, *args, **kwargs)
-        except Exception as e:
-            clean = translate(e)
+        except BaseException as e:
+            clean = translate(e) if isinstance(e, Exception) else None
+            if record is not None:
+                MONITOR.end(record, None, clean or e)
             if clean is None:
                 raise
             raise clean from None
         finally:
             if plan is not None:
                 plan.set_retries(True)
+            if record is not None and feed is not None:
+                feed.current = None
+        if record is not None:
+            MONITOR.end(record, _rows(out), None)
         if isinstance(out, DataFrame):
-            return distributed_frame(out, source)
+            return distributed_frame(out, source, feed)
         return out
 
     return wrapper
+
+
+#: The methods that run the query (each run is a query of the monitor).
+_RUNS = frozenset({
+    "collect", "collect_partitioned", "to_arrow_table", "to_pandas", "to_polars", "to_pylist",
+    "to_pydict", "show", "count", "write_parquet", "write_csv", "write_json", "write_table",
+})  # fmt: skip
+
+
+def _rows(out: Any) -> int | None:
+    """The rows of a run's result, where the result says."""
+    if isinstance(out, bool):
+        return None
+    if isinstance(out, int):  # count()
+        return out
+    if isinstance(out, list):  # collect(), to_pylist(), collect_partitioned()
+        if out and isinstance(out[0], list):
+            return sum(int(b.num_rows) for part in out for b in part)
+        return sum(int(getattr(b, "num_rows", 1)) for b in out)
+    if isinstance(out, dict):  # to_pydict()
+        return len(next(iter(out.values()), []))
+    rows = getattr(out, "num_rows", None)  # to_arrow_table()
+    if isinstance(rows, int):
+        return rows
+    try:
+        return int(len(out))  # pandas, polars
+    except TypeError:
+        return None
 
 
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
@@ -113,7 +158,7 @@ _WRAPPED = {
 }
 
 
-def distributed_frame(df: DataFrame, source: Source) -> DataFrame:
+def distributed_frame(df: DataFrame, source: Source, feed: Feed | None = None) -> DataFrame:
     """``df`` — still exactly a ``datafusion.DataFrame`` — knowing where it runs, its errors
     given as single-node gives them, and the frames derived from it likewise.
 
@@ -125,6 +170,7 @@ def distributed_frame(df: DataFrame, source: Source) -> DataFrame:
         (True, 1, 'workers')
     """
     df._dfdpy_source = source  # type: ignore[attr-defined]
+    df._dfdpy_feed = feed  # type: ignore[attr-defined]
     for name, wrapper in _WRAPPED.items():
         setattr(df, name, types.MethodType(wrapper, df))
     return df

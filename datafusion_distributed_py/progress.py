@@ -11,9 +11,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """A stage's progress: ``done`` of ``total`` tasks finished (sent when a task is sent
-    to a worker, and when it finishes) — or, with ``kind="retry"``, word that a worker was
-    lost and the query runs again on the workers left.
+    """A stage's progress: ``done`` of ``total`` tasks finished and the rows its tasks have
+    produced so far. Sent when a task is sent to a worker and when it finishes
+    (``kind="task"``), while tasks run as workers report their rows (``kind="rows"``, about
+    every ``DistributedConfig.progress_interval`` seconds), or, with ``kind="retry"``, as word
+    that a worker was lost and the query runs again on the workers left.
 
     Attributes:
         stage: stage number (as in ``explain``); 0 for a retry.
@@ -22,7 +24,9 @@ class ProgressEvent:
         worker_url: the worker of the task this event is about (for a retry: the lost one).
         attempt: which run of the query this is: 1, then 2... after retries (a retry event
             carries the run that failed).
-        kind: ``"task"``, or ``"retry"``.
+        kind: ``"task"``, ``"rows"`` or ``"retry"``.
+        rows: rows the stage's tasks produced so far (running tasks included), when known.
+        eta_s: estimated seconds until the stage ends, once some of its tasks finished.
     """
 
     stage: int
@@ -31,6 +35,8 @@ class ProgressEvent:
     worker_url: str
     attempt: int = 1
     kind: str = "task"
+    rows: int | None = None
+    eta_s: float | None = None
 
 
 ProgressCallback = Callable[[ProgressEvent], Any]
@@ -44,7 +50,7 @@ def interactive() -> bool:
 
 
 class ProgressBars:
-    """One tqdm bar per stage, updated as its tasks finish."""
+    """One tqdm bar per stage, updated as its tasks finish, with the rows produced so far."""
 
     def __init__(self) -> None:
         from tqdm.auto import tqdm
@@ -68,6 +74,8 @@ class ProgressBars:
                 self._bars[event.stage] = bar
             bar.total = event.total
             bar.n = event.done
+            if event.rows is not None:
+                bar.set_postfix_str(f"{event.rows:,} rows", refresh=False)
             bar.refresh()
             if all(b.n >= b.total for b in self._bars.values()):
                 for b in self._bars.values():
@@ -88,15 +96,19 @@ def resolve(progress: bool | ProgressCallback | None) -> ProgressCallback | None
     raise TypeError(f"progress must be a bool, None or a callable, got {type(progress).__name__}")
 
 
-def to_rust(
-    callback: ProgressCallback | None,
-) -> Callable[[int, int, int, str, int, str], None] | None:
-    """Adapt an event callback to the Rust core's ``(stage, done, total, url, attempt, kind)``
-    calls."""
+RustReport = Callable[[int, int, int, str, int, str, "int | None", "float | None"], None]
+
+
+def to_rust(callback: ProgressCallback | None) -> RustReport | None:
+    """Adapt an event callback to the Rust core's ``(stage, done, total, url, attempt, kind,
+    rows, eta_s)`` calls."""
     if callback is None:
         return None
 
-    def report(stage: int, done: int, total: int, url: str, attempt: int, kind: str) -> None:
-        callback(ProgressEvent(stage, done, total, url, attempt, kind))
+    def report(
+        stage: int, done: int, total: int, url: str, attempt: int, kind: str,
+        rows: int | None, eta_s: float | None,
+    ) -> None:  # fmt: skip
+        callback(ProgressEvent(stage, done, total, url, attempt, kind, rows, eta_s))
 
     return report

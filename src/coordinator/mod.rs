@@ -4,6 +4,7 @@
 //! datafusion-python as a table (`table`, `root`).
 mod distribute;
 mod handshake;
+mod live;
 mod planner;
 mod root;
 mod settings;

@@ -22,6 +22,7 @@ use url::Url;
 
 use super::distribute::distribute_plan;
 use super::handshake::{lost_workers, usable_workers, Quarantine};
+use super::live::{watch, Observer, WorkerStatus};
 use super::settings::apply_options;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
@@ -61,6 +62,9 @@ pub struct PlanRequest {
     pub max_retries: usize,
     /// The query writes (`COPY`, `INSERT`): it never runs twice.
     pub writes: bool,
+    /// How often running tasks' rows are asked for while a progress callback listens (zero:
+    /// never; progress then moves as tasks end).
+    pub live_interval: std::time::Duration,
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -76,6 +80,8 @@ pub struct Planned {
 pub struct ClusterPlanner {
     cluster: Cluster,
     runtime_env: Arc<RuntimeEnv>,
+    /// Asks workers for their running tasks' rows, memory and CPU.
+    observer: Arc<Observer>,
 }
 
 impl ClusterPlanner {
@@ -84,22 +90,27 @@ impl ClusterPlanner {
     pub fn embedded(n_workers: usize) -> Self {
         let runtime_env = Arc::new(RuntimeEnv::default());
         let cluster = EmbeddedCluster::start(n_workers, Arc::clone(&runtime_env), VERSION);
+        let observer = Observer::embedded(cluster.channels.by_url().clone());
         Self {
             cluster: Cluster::Embedded(cluster),
             runtime_env,
+            observer: Arc::new(observer),
         }
     }
 
     /// Over worker processes reached by URL, with `security`'s token and TLS.
     pub fn remote(workers: Workers, security: Security) -> Self {
+        let channels = WorkerChannels::new(security);
         Self {
-            cluster: Cluster::Remote(
-                workers,
-                WorkerChannels::new(security),
-                Quarantine::default(),
-            ),
+            observer: Arc::new(Observer::Remote(channels.clone())),
+            cluster: Cluster::Remote(workers, channels, Quarantine::default()),
             runtime_env: Arc::new(RuntimeEnv::default()),
         }
+    }
+
+    /// How each worker is doing: memory, CPU, running tasks, or why it does not answer.
+    pub async fn worker_status(&self) -> Result<Vec<WorkerStatus>> {
+        Ok(self.observer.status(&self.urls()?).await)
     }
 
     pub fn urls(&self) -> Result<Vec<Url>> {
@@ -142,7 +153,11 @@ impl ClusterPlanner {
             .progress
             .as_ref()
             .map(|p| Python::attach(|py| p.clone_ref(py)));
+        let watched = progress.is_some() && !req.live_interval.is_zero();
         let log = Arc::new(TaskLog::with_progress(progress, attempt));
+        if watched {
+            watch(&log, Arc::clone(&self.observer), req.live_interval);
+        }
         let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
         let task_ctx = state.task_ctx();
         // What cannot be decoded lost something in serialisation (a Float16 literal turned

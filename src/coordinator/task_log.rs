@@ -1,18 +1,21 @@
 //! `TaskLog`: where each task of one run went and what it did, feeding explain, metrics and
 //! progress callbacks.
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use datafusion_distributed::TaskMetrics;
 use pyo3::prelude::*;
+use tokio::sync::Notify;
 use url::Url;
+use uuid::Uuid;
 
 use crate::protocol::display_url;
 
 /// One task of one stage: where it ran and, once it finished, what it did.
 #[derive(Clone, Debug)]
 pub struct TaskRecord {
+    pub query_id: Uuid,
     pub stage: usize,
     pub task: usize,
     pub task_count: usize,
@@ -28,10 +31,14 @@ pub struct TaskRecord {
 }
 
 /// The tasks of one run of a query, in the order they were sent, and an optional Python
-/// progress callback `(stage, done, total, worker_url, attempt, kind)`.
+/// progress callback `(stage, done, total, worker_url, attempt, kind, rows, eta_s)`.
 #[derive(Default)]
 pub struct TaskLog {
     records: Mutex<Vec<TaskRecord>>,
+    /// Output rows of running tasks so far, by (stage, task), as workers last said (`live`).
+    live: Mutex<HashMap<(usize, usize), u64>>,
+    /// Told when the first task is sent: the live watcher starts then.
+    started: Arc<Notify>,
     progress: Option<Py<PyAny>>,
     /// Which run of the query this is: 1, then 2... when a lost worker made it run again.
     pub attempt: usize,
@@ -53,6 +60,8 @@ impl TaskLog {
     pub fn with_progress(progress: Option<Py<PyAny>>, attempt: usize) -> Self {
         Self {
             records: Mutex::default(),
+            live: Mutex::default(),
+            started: Arc::default(),
             progress,
             attempt,
             reporting: Mutex::default(),
@@ -73,6 +82,80 @@ impl TaskLog {
         self.unsent_plan.lock().expect("poisoned").clone()
     }
 
+    /// Notified when the first task of the run is sent.
+    pub fn started(&self) -> Arc<Notify> {
+        Arc::clone(&self.started)
+    }
+
+    /// The query id and the workers of the tasks still running; None once all have ended.
+    pub fn running(&self) -> Option<(Uuid, Vec<Url>)> {
+        let records = self.records.lock().expect("poisoned");
+        let running: Vec<&TaskRecord> =
+            records.iter().filter(|r| r.finished_at.is_none()).collect();
+        let query_id = running.first()?.query_id;
+        let mut urls: Vec<Url> = running.iter().map(|r| r.url.clone()).collect();
+        urls.sort();
+        urls.dedup();
+        Some((query_id, urls))
+    }
+
+    /// Takes the rows running tasks have produced so far, and reports each stage whose rows
+    /// moved.
+    pub fn live_rows(&self, rows: HashMap<(usize, usize), u64>) {
+        let _in_order = self.reporting.lock().expect("poisoned");
+        let moved: Vec<usize> = {
+            let mut live = self.live.lock().expect("poisoned");
+            let mut stages: Vec<usize> = rows
+                .iter()
+                .filter(|(k, v)| live.get(k) != Some(v))
+                .map(|((stage, _), _)| *stage)
+                .collect();
+            stages.sort();
+            stages.dedup();
+            live.extend(rows);
+            stages
+        };
+        for stage in moved {
+            let records = self.records.lock().expect("poisoned");
+            let Some(first) = records.iter().find(|r| r.stage == stage) else {
+                continue;
+            };
+            let (total, url) = (first.task_count, first.url.clone());
+            let done = count_done(&records, stage);
+            drop(records);
+            self.call(stage, done, total, display_url(&url), "rows");
+        }
+    }
+
+    /// Rows the tasks of `stage` produced so far (finished ones' metrics, running ones' live
+    /// count), and an estimate of the seconds left for the stage once some tasks finished.
+    fn stage_rows_and_eta(&self, stage: usize) -> (Option<u64>, Option<f64>) {
+        let records = self.records.lock().expect("poisoned");
+        let live = self.live.lock().expect("poisoned");
+        let tasks: Vec<&TaskRecord> = records.iter().filter(|r| r.stage == stage).collect();
+        let mut rows = None;
+        for r in &tasks {
+            let n = match r.finished_at {
+                Some(_) => r.output_rows.map(|n| n as u64),
+                None => live.get(&(r.stage, r.task)).copied(),
+            };
+            if let Some(n) = n {
+                rows = Some(rows.unwrap_or(0) + n);
+            }
+        }
+        let total = tasks.first().map_or(0, |r| r.task_count);
+        let done = tasks.iter().filter(|r| r.finished_at.is_some()).count();
+        let eta = match (done, tasks.iter().map(|r| r.sent_at).min()) {
+            (0, _) | (_, None) => None,
+            (d, _) if d >= total => Some(0.0),
+            (d, Some(start)) => {
+                let elapsed = start.elapsed().as_secs_f64();
+                Some(elapsed * (total - d) as f64 / d as f64)
+            }
+        };
+        (rows, eta)
+    }
+
     pub fn records(&self) -> Vec<TaskRecord> {
         self.records.lock().expect("poisoned").clone()
     }
@@ -85,6 +168,7 @@ impl TaskLog {
             records.push(record);
             count_done(&records, stage)
         };
+        self.started.notify_one();
         self.report(stage, done, total, &url);
     }
 
@@ -143,8 +227,12 @@ impl TaskLog {
 
     fn call(&self, stage: usize, done: usize, total: usize, url: &str, kind: &str) {
         if let Some(callback) = &self.progress {
+            let (rows, eta) = match kind {
+                "retry" => (None, None),
+                _ => self.stage_rows_and_eta(stage),
+            };
             Python::attach(|py| {
-                let args = (stage, done, total, url, self.attempt, kind);
+                let args = (stage, done, total, url, self.attempt, kind, rows, eta);
                 if let Err(e) = callback.call1(py, args) {
                     log::warn!("progress callback failed: {e}");
                 }

@@ -136,6 +136,7 @@ impl WorkerChannel for TrackingChannel {
             set_plan_request.task_key.task_number,
         );
         self.log.sent(TaskRecord {
+            query_id: set_plan_request.task_key.query_id,
             stage,
             task,
             task_count: set_plan_request.task_count,

@@ -86,11 +86,11 @@ impl WorkerChannels {
     }
 }
 
-#[async_trait]
-impl ChannelResolver for WorkerChannels {
-    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+impl WorkerChannels {
+    /// The channel to `url`, with the token (if any) on every request.
+    pub async fn authorized(&self, url: &Url) -> Result<BoxCloneSyncChannel> {
         let channel = self.channel(url).await?;
-        let service = match &self.security.token {
+        Ok(match &self.security.token {
             None => BoxCloneSyncChannel::new(channel),
             Some(token) => {
                 let header = token.header();
@@ -105,8 +105,14 @@ impl ChannelResolver for WorkerChannels {
                         .service(channel),
                 )
             }
-        };
-        Ok(create_worker_client(service))
+        })
+    }
+}
+
+#[async_trait]
+impl ChannelResolver for WorkerChannels {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        Ok(create_worker_client(self.authorized(url).await?))
     }
 }
 

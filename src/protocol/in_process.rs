@@ -33,6 +33,10 @@ impl InProcessChannelResolver {
     pub fn workers(&self) -> impl Iterator<Item = &Worker> {
         self.workers.values()
     }
+
+    pub fn by_url(&self) -> &HashMap<Url, Worker> {
+        &self.workers
+    }
 }
 
 #[async_trait]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use super::capsule::import_session_codec;
 use super::errors::to_py_err;
@@ -64,6 +65,27 @@ impl Coordinator {
         Ok(urls.iter().map(|u| display_url(u).to_owned()).collect())
     }
 
+    /// How each worker is doing: dicts of `url`, `error` (None when it answered),
+    /// `rss_bytes`, `cpu_percent` and `running_tasks`.
+    fn worker_status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let planner = Arc::clone(&self.planner);
+        let status = runtime::wait_for(py, async move {
+            planner.worker_status().await.map_err(to_py_err)
+        })?;
+        status
+            .into_iter()
+            .map(|w| {
+                let d = PyDict::new(py);
+                d.set_item("url", w.url)?;
+                d.set_item("error", w.error)?;
+                d.set_item("rss_bytes", w.rss_bytes)?;
+                d.set_item("cpu_percent", w.cpu_percent)?;
+                d.set_item("running_tasks", w.running_tasks)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
     /// Distributes a physical plan serialised by datafusion-python.
     ///
     /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
@@ -71,10 +93,11 @@ impl Coordinator {
     /// `stores` are `(url, kind, options)` of the session's object stores.
     /// `session` is kept alive with the plan (the codec needs its task context).
     /// `min_workers`: fewer usable workers fail the query; `max_retries`: runs after the
-    /// first when a worker is lost; `writes`: the query writes (never run twice).
+    /// first when a worker is lost; `writes`: the query writes (never run twice);
+    /// `live_interval`: seconds between asks for running tasks' rows (0: never).
     #[pyo3(signature = (
         plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, writes = false
+        min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5
     ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
@@ -89,7 +112,10 @@ impl Coordinator {
         min_workers: usize,
         max_retries: usize,
         writes: bool,
+        live_interval: f64,
     ) -> PyResult<DistributedPlan> {
+        let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
+            .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
         let request = Arc::new(PlanRequest {
             plan_bytes,
             codec: Arc::new(import_session_codec(codec)?),
@@ -100,6 +126,7 @@ impl Coordinator {
             min_workers,
             max_retries,
             writes,
+            live_interval,
         });
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);

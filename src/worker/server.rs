@@ -21,7 +21,7 @@ use super::stores::WorkerStores;
 use super::task_cache;
 use crate::codec::register_window_functions;
 use crate::object_stores::StoreSpec;
-use crate::protocol::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+use crate::protocol::{FixedResolver, WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::security::{Security, TokenCheck};
 
 /// How a worker process is set up.
@@ -140,6 +140,13 @@ impl Serving {
                 .max_decoding_message_size(security.max_message_bytes),
             move |request| check.check(request),
         );
+        // Live progress (running tasks' rows, memory, CPU) for the coordinator, behind the
+        // same token.
+        let check = TokenCheck::new(security.token.as_ref());
+        let observability = InterceptedService::new(
+            worker.with_observability_service(Arc::new(FixedResolver(vec![]))),
+            move |request| check.check(request),
+        );
         // The standard health service stays open without the token, so probes need no secret;
         // it says NOT_SERVING while the worker drains.
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -153,6 +160,7 @@ impl Serving {
             server
                 .add_service(health_service)
                 .add_service(service)
+                .add_service(observability)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                     health

@@ -1,0 +1,162 @@
+"""A small local web page showing workers (up/down, CPU, memory, running tasks) and running
+and recent queries (SQL, duration, rows, per-stage progress, the plan with metrics, failures
+and retries). Served by the standard library; the page is one file with its script inline
+(no CDN), refreshed every second from ``/api/status``.
+
+Started by :meth:`DistributedContext.dashboard` or ``LocalCluster(dashboard=True)``. It listens
+on 127.0.0.1 by default; with a token (the cluster's, where one is set), every request must
+carry it: open :attr:`Dashboard.url`, which holds it once and leaves it in a cookie.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import threading
+from collections.abc import Callable
+from http.cookies import SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from datafusion_distributed_py.monitor import MONITOR
+from datafusion_distributed_py.status import ClusterStatus
+
+_COOKIE = "dfdpy_dashboard"
+
+
+class Dashboard:
+    """A running dashboard server.
+
+    Args:
+        status: called for each refresh of the page (about once a second).
+        host: the interface to listen on; ``127.0.0.1`` by default. Another one needs a token.
+        port: 0 picks a free port.
+        token: the secret every request must carry (``?token=``, the cookie the page sets, or
+            ``Authorization: Bearer``); None for none.
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> dctx = DistributedContext(SessionContext(), progress=False)
+        >>> with dctx.dashboard() as board:
+        ...     board.url.startswith("http://127.0.0.1:")
+        True
+    """
+
+    def __init__(
+        self,
+        status: Callable[[], ClusterStatus],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+    ) -> None:
+        if token is None and not _loopback(host):
+            raise ValueError(
+                f"a dashboard on {host!r} would be open to the network without a token: give "
+                "the cluster a token (Security(token=...)) or listen on 127.0.0.1"
+            )
+        handler = type("Handler", (_Handler,), {"status": staticmethod(status), "token": token})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="dfdpy-dashboard", daemon=True
+        )
+        self._thread.start()
+        self._token = token
+
+    @property
+    def url(self) -> str:
+        """The page's address (with the token, when there is one: keep it private)."""
+        host, port = self._address()
+        base = f"http://{host}:{port}/"
+        return base if self._token is None else f"{base}?token={quote(self._token)}"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> Dashboard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def __repr__(self) -> str:
+        host, port = self._address()
+        return f"Dashboard(http://{host}:{port}/)"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _page() -> bytes:
+    return resources.files("datafusion_distributed_py").joinpath("dashboard.html").read_bytes()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    status: Callable[[], ClusterStatus]
+    token: str | None
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # requests are not worth a line each on the user's terminal
+
+    def _allowed(self, query: dict[str, list[str]]) -> tuple[bool, bool]:
+        """(allowed, given in the URL)."""
+        if self.token is None:
+            return True, False
+        offered = query.get("token", [None])[0]
+        if offered is not None:
+            return hmac.compare_digest(offered, self.token), True
+        cookie = SimpleCookie(self.headers.get("Cookie", ""))
+        if _COOKIE in cookie:
+            return hmac.compare_digest(cookie[_COOKIE].value, self.token), False
+        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return bool(bearer) and hmac.compare_digest(bearer, self.token), False
+
+    def do_GET(self) -> None:  # noqa: N802
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        allowed, in_url = self._allowed(query)
+        if not allowed:
+            self._send(401, b"this dashboard needs its token: open the URL it was started with")
+            return
+        if url.path == "/":
+            extra = {}
+            if in_url:  # keep it in a cookie, out of the address bar and the page's requests
+                extra["Set-Cookie"] = f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+            self._send(200, _page(), "text/html; charset=utf-8", extra)
+        elif url.path == "/api/status":
+            body = json.dumps(self.status().to_dict()).encode()
+            self._send(200, body, "application/json")
+        elif url.path == "/api/plan":
+            record = MONITOR.find(int(query.get("id", ["0"])[0] or 0))
+            text = record.plan() if record is not None else None
+            self._send(200 if text else 404, (text or "no plan yet").encode(), "text/plain")
+        else:
+            self._send(404, b"not found")
+
+    def _send(
+        self, code: int, body: bytes, kind: str = "text/plain", extra: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)

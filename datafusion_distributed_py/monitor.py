@@ -1,0 +1,181 @@
+"""What this process's distributed queries are doing: running and recent queries with their
+stages' progress, fed by progress events, for :meth:`DistributedContext.status` and the
+dashboard.
+
+Each distributed DataFrame carries a :class:`Feed`: the progress callback its plan reports
+to. Each time the frame runs (``collect``, ``show``, ``to_pandas``...), a
+:class:`QueryRecord` is opened in :data:`MONITOR` and the feed's events go to it (and to the
+user's own callback or bars), until the run returns or raises.
+
+Example:
+    >>> from datafusion import SessionContext
+    >>> from datafusion_distributed_py import DistributedContext
+    >>> dctx = DistributedContext(SessionContext(), progress=False)
+    >>> dctx.sql("SELECT 1 AS x").collect() and None
+    >>> q = dctx.status().queries[0]
+    >>> q.sql, q.state, q.rows
+    ('SELECT 1 AS x', 'finished', 1)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from datafusion_distributed_py.progress import ProgressCallback, ProgressEvent
+
+#: Finished queries kept per process (running ones are always kept).
+KEEP = 50
+
+
+@dataclass
+class StageProgress:
+    """One stage of a running or finished query."""
+
+    stage: int
+    done: int
+    total: int
+    rows: int | None = None
+    eta_s: float | None = None
+
+
+@dataclass
+class QueryRecord:
+    """One run of a distributed query (or of a query that fell back to single-node).
+
+    Attributes:
+        id: a number unique in this process.
+        sql: the SQL text, or a one-line description of a DataFrame built in Python.
+        ran_on: ``"workers"``, or ``"coordinator"`` for a query that fell back.
+        state: ``"running"``, ``"finished"`` or ``"failed"``.
+        started, finished: wall-clock times (``time.time()``).
+        rows: rows of the result, when known.
+        error: the exception's message, for a failed run.
+        attempt: the run of the query (2... after a lost worker made it run again).
+        lost_workers: workers lost during the run, each costing a retry.
+        stages: progress per stage number.
+    """
+
+    id: int
+    sql: str
+    ran_on: str
+    #: ``id()`` of the objects whose dashboards show it: its context, and its workers.
+    owners: frozenset[int]
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    state: str = "running"
+    rows: int | None = None
+    error: str | None = None
+    attempt: int = 1
+    lost_workers: list[str] = field(default_factory=list)
+    stages: dict[int, StageProgress] = field(default_factory=dict)
+    source: Any = field(default=None, repr=False)
+    _plan_text: str | None = field(default=None, repr=False)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds the run took (so far, while it runs)."""
+        return (self.finished or time.time()) - self.started
+
+    def on_event(self, event: ProgressEvent) -> None:
+        if event.kind == "retry":
+            self.lost_workers.append(event.worker_url)
+            self.attempt = event.attempt + 1
+            self.stages = {}
+            return
+        if event.attempt < self.attempt:
+            return  # a late word from a run that was given up
+        self.stages[event.stage] = StageProgress(
+            event.stage, event.done, event.total, event.rows, event.eta_s
+        )
+
+    def plan(self) -> str | None:
+        """The distributed plan of a finished run, with its metrics (None otherwise)."""
+        if self._plan_text is None and self.state != "running" and self.source is not None:
+            try:
+                self._plan_text = self.source.display(format="text", analyze=True)
+            except Exception as e:  # a run that failed before any task: no metrics
+                self._plan_text = f"(no plan with metrics: {e})"
+        return self._plan_text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data (what the dashboard shows)."""
+        return {
+            "id": self.id, "sql": self.sql, "ran_on": self.ran_on, "state": self.state,
+            "started": self.started, "duration_s": round(self.duration_s, 3), "rows": self.rows,
+            "error": self.error, "attempt": self.attempt, "lost_workers": list(self.lost_workers),
+            "stages": [vars(s).copy() for _, s in sorted(self.stages.items())],
+        }  # fmt: skip
+
+
+class Monitor:
+    """The running and recent queries of this process."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._running: dict[int, QueryRecord] = {}
+        self._recent: deque[QueryRecord] = deque(maxlen=keep)
+
+    def begin(
+        self, sql: str, ran_on: str, owners: tuple[object, ...], source: Any = None
+    ) -> QueryRecord:
+        tags = frozenset(id(o) for o in owners if o is not None)
+        record = QueryRecord(next(self._ids), sql, ran_on, tags, source=source)
+        with self._lock:
+            self._running[record.id] = record
+        return record
+
+    def end(self, record: QueryRecord, rows: int | None, error: BaseException | None) -> None:
+        record.finished = time.time()
+        if error is not None:
+            record.state, record.error = "failed", str(error).split("\n", 1)[0]
+        else:
+            record.state = "finished"
+            record.rows = rows if rows is not None else _top_stage_rows(record)
+        with self._lock:
+            self._running.pop(record.id, None)
+            self._recent.append(record)
+
+    def queries(self, owner: object | None = None) -> list[QueryRecord]:
+        """Running queries first, then recent ones, newest first; ``owner``'s only if given."""
+        with self._lock:
+            records = [*self._running.values(), *self._recent]
+        records.sort(key=lambda r: (r.state != "running", -r.id))
+        return [r for r in records if owner is None or id(owner) in r.owners]
+
+    def find(self, query_id: int) -> QueryRecord | None:
+        return next((r for r in self.queries() if r.id == query_id), None)
+
+
+def _top_stage_rows(record: QueryRecord) -> int | None:
+    """Rows of the last stage (the one the coordinator reads), when a run's size is unknown."""
+    if not record.stages:
+        return None
+    return record.stages[max(record.stages)].rows
+
+
+#: The process's monitor.
+MONITOR = Monitor()
+
+
+class Feed:
+    """The progress callback of one distributed plan: events go to the user's callback (or
+    bars) and to the record of the run in progress."""
+
+    def __init__(self, sql: str, owners: tuple[object, ...], user: ProgressCallback | None) -> None:
+        self.sql = sql
+        self.owners = owners
+        self.user = user
+        self.current: QueryRecord | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        record = self.current
+        if record is not None:
+            record.on_event(event)
+        if self.user is not None:
+            self.user(event)
