@@ -357,8 +357,9 @@ class DistributedContext:
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
-        # The overrides concern subqueries only: without one, the plan is made once, as is.
-        subqueries = "Subquery:" in fresh.logical_plan().display_indent()
+        # The overrides concern uncorrelated subqueries only (correlated ones become joins
+        # either way): without one, the plan is made once, as is.
+        subqueries = _uncorrelated_subquery(fresh.logical_plan().display_indent())
         if subqueries:
             self._check_scalar_subqueries(fresh.execution_plan(), options)
         with _planning_settings(self._ctx, session) if subqueries else contextlib.nullcontext():
@@ -480,6 +481,38 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
         "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
         f"got {type(workers).__name__}"
     )
+
+
+def _uncorrelated_subquery(plan: str) -> bool:
+    r"""Whether a logical plan (``display_indent()``) may hold an uncorrelated subquery: a
+    ``Subquery:`` block whose own lines (nested blocks aside) refer to no outer column. A
+    block correlated only through a nested one counts too: the answer errs on the safe side.
+
+    Example:
+        >>> _uncorrelated_subquery("Filter: a > (<subquery>)\n  Subquery:\n    TableScan: t")
+        True
+        >>> _uncorrelated_subquery("Filter: a > (<subquery>)\n  Subquery:\n"
+        ...                        "    Filter: b = outer_ref(t.a)\n      TableScan: u")
+        False
+    """
+    lines = plan.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "Subquery:":
+            continue
+        depth = len(line) - len(line.lstrip())
+        own: list[str] = []
+        nested_at: int | None = None
+        for inner in lines[i + 1 :]:
+            indent = len(inner) - len(inner.lstrip())
+            if indent <= depth:
+                break
+            if nested_at is not None and indent > nested_at:
+                continue  # inside a nested block: its own lines are checked on their own
+            nested_at = indent if inner.strip() == "Subquery:" else None
+            own.append(inner)
+        if not any("outer_ref(" in s for s in own):
+            return True
+    return False
 
 
 def _describe(df: DataFrame) -> str:

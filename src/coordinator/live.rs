@@ -20,6 +20,9 @@ use url::Url;
 use super::task_log::TaskLog;
 use crate::protocol::{display_url, FixedResolver, WorkerChannels};
 
+/// Asks in a row without a task of the run after which the watcher stops.
+const IDLE_ASKS: usize = 3;
+
 /// How long one worker may take to say how it is doing.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -133,8 +136,9 @@ impl Observer {
     }
 }
 
-/// Watches the run `log` records, from its first task until its last one ends (or the log is
-/// dropped), asking its workers every `interval` for their running tasks' rows.
+/// Watches the run `log` records, from its first task until its last one ends (or no worker
+/// runs any of its tasks any more, or the log is dropped), asking its workers every
+/// `interval` for their running tasks' rows.
 pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
     let weak: Weak<TaskLog> = Arc::downgrade(log);
     let started = log.started();
@@ -153,6 +157,9 @@ pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
         let mut every = tokio::time::interval(interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await; // the first tick is immediate: a short query never polls
+        // Asks in a row that found no task of this run: a run that failed or was given up
+        // leaves its records unfinished, and the watcher ends with it all the same.
+        let mut idle = 0;
         loop {
             every.tick().await;
             let Some(log) = weak.upgrade() else { return };
@@ -172,6 +179,10 @@ pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
                         );
                     }
                 }
+            }
+            idle = if rows.is_empty() { idle + 1 } else { 0 };
+            if idle >= IDLE_ASKS {
+                return;
             }
             log.live_rows(rows);
         }
