@@ -180,7 +180,8 @@ impl ClusterPlanner {
                     .set_distributed_passthrough_headers(headers)?;
             }
         }
-        let (plan, task_ctx) = distribute_plan(plan_rewrites::prepare(plan)?, state).await?;
+        let plan = plan_rewrites::prepare(plan, state.config_options())?;
+        let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::debug!("planned a distributed query over {workers} workers");
         Ok(Planned {
             plan,

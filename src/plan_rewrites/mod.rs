@@ -3,6 +3,7 @@
 //! other stages, and cancellation points.
 use std::sync::Arc;
 
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
 use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
@@ -17,10 +18,13 @@ mod window_sorts;
 pub use lost_in_transit::check_nothing_lost;
 
 /// `plan` as the distributed planner should see it.
-pub fn prepare(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+pub fn prepare(
+    plan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
-    let plan = scan_filters::filter_scans_across_stages(plan)?;
+    let plan = scan_filters::filter_scans_across_stages(plan, config)?;
     cooperative::yield_after_amplifiers(plan)
 }
 

@@ -15,7 +15,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{JoinType, NullEquality, Result};
+use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExprRef;
@@ -47,7 +50,10 @@ struct ScanFilter {
 
 /// `plan` with each scan that a selective collected join reduces across a shuffle filtered
 /// by a semi join against that join's build side.
-pub fn filter_scans_across_stages(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+pub fn filter_scans_across_stages(
+    plan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
     // Keyed by the scan node's address: the plan is a tree, each scan appears once.
     let mut filters: HashMap<usize, Vec<ScanFilter>> = HashMap::new();
     plan.apply(|node| {
@@ -97,7 +103,7 @@ pub fn filter_scans_across_stages(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dy
         };
         let mut filtered = node;
         for f in scan_filters {
-            filtered = semi_join(f, filtered)?;
+            filtered = semi_join(f, filtered, config)?;
         }
         Ok(Transformed::yes(filtered))
     })
@@ -228,8 +234,14 @@ fn join_side<'a>(
     }
 }
 
-/// `scan` keeping only the rows with a match in `filter.build`.
-fn semi_join(filter: ScanFilter, scan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// `scan` keeping only the rows with a match in `filter.build`. The semi join also hands the
+/// scan a dynamic filter (DataFusion's own pushdown, run on this pair only), so that the scan
+/// skips row groups and pages the build side rules out, as single-node's would.
+fn semi_join(
+    filter: ScanFilter,
+    scan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let build = if filter.build.output_partitioning().partition_count() > 1 {
         Arc::new(CoalescePartitionsExec::new(filter.build))
     } else {
@@ -244,7 +256,7 @@ fn semi_join(filter: ScanFilter, scan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn
             (key, probe)
         })
         .collect();
-    Ok(Arc::new(HashJoinExec::try_new(
+    let join = Arc::new(HashJoinExec::try_new(
         build,
         scan,
         on,
@@ -254,7 +266,8 @@ fn semi_join(filter: ScanFilter, scan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn
         PartitionMode::CollectLeft,
         NullEquality::NullEqualsNothing,
         false,
-    )?))
+    )?);
+    FilterPushdown::new_post_optimization().optimize(join, config)
 }
 
 fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
