@@ -357,9 +357,10 @@ class DistributedContext:
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
-        # The overrides concern uncorrelated subqueries only (correlated ones become joins
-        # either way): without one, the plan is made once, as is.
-        subqueries = _uncorrelated_subquery(fresh.logical_plan().display_indent())
+        # The overrides concern uncorrelated scalar subqueries only (correlated ones and IN /
+        # EXISTS become joins either way): without one, the plan is made once, as is.
+        logical = fresh.logical_plan().display_indent()
+        subqueries = bool(_SCALAR_SUBQUERY.search(logical)) and _uncorrelated_subquery(logical)
         if subqueries:
             self._check_scalar_subqueries(fresh.execution_plan(), options)
         with _planning_settings(self._ctx, session) if subqueries else contextlib.nullcontext():
@@ -481,6 +482,10 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
         "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
         f"got {type(workers).__name__}"
     )
+
+
+#: A scalar subquery in a logical plan's display (not ``IN``/``EXISTS``/``ANY``/``ALL``).
+_SCALAR_SUBQUERY = re.compile(r"(?<!IN )(?<!EXISTS )(?<!ANY )(?<!ALL )(?<!SOME )\(<subquery>\)")
 
 
 def _uncorrelated_subquery(plan: str) -> bool:
