@@ -157,8 +157,8 @@ pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
         let mut every = tokio::time::interval(interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await; // the first tick is immediate: a short query never polls
-        // Asks in a row that found no task of this run: a run that failed or was given up
-        // leaves its records unfinished, and the watcher ends with it all the same.
+                            // Asks in a row that found no task of this run: a run that failed or was given up
+                            // leaves its records unfinished, and the watcher ends with it all the same.
         let mut idle = 0;
         loop {
             every.tick().await;
