@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                 sql = tpch.query(n)
                 expected = ctx.sql(sql).to_arrow_table()
                 for label, dctx in (("off", off), ("on", on)):
-                    t, got = best_time(lambda s, d=dctx: d.sql(s).to_arrow_table(), sql, args.repeat)
+                    t, got = best_time(
+                        lambda s, d=dctx: d.sql(s).to_arrow_table(), sql, args.repeat
+                    )
                     assert same_values(got, expected, "order by" in sql.lower()), (mode, n)
                     totals[label] += t
             ratio = totals["on"] / totals["off"]
