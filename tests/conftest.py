@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, tpch
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, tpch
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 __all__ = ["assert_same_rows", "cli_worker", "free_ports", "is_distributed", "start_cli_worker"]
@@ -73,3 +73,11 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """Two worker processes, shared by a module's tests (modules that need another cluster
+    define their own ``cluster``)."""
+    with LocalCluster(2) as c:
+        yield c

@@ -86,12 +86,6 @@ def s3_endpoint():
         yield endpoint
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(2) as c:
-        yield c
-
-
 def s3_store(endpoint: str, store_cls: Any = None) -> Any:
     """The test bucket's store; ``store_cls`` may bypass our recording of its settings."""
     store_cls = store_cls or datafusion.object_store.AmazonS3

@@ -17,7 +17,6 @@ from datafusion.user_defined import WindowEvaluator
 from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
-    LocalCluster,
     UnsupportedTableError,
     ran_on,
 )
@@ -53,12 +52,6 @@ def session() -> SessionContext:
         name="f16",
     )
     return ctx
-
-
-@pytest.fixture(scope="module")
-def cluster() -> LocalCluster:
-    with LocalCluster(2) as c:
-        yield c
 
 
 @pytest.fixture(params=["embedded", "workers"])

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py import DistributedContext
 from datafusion_distributed_py.differential import compare
 from datafusion_distributed_py.testing import is_distributed
 
@@ -31,26 +31,18 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Some sale dates are NULL: no join matches them, with or without the filter.
     date = pa.array([None if n % 97 == 0 else d for n, d in enumerate(days.to_pylist())])
     item = pa.compute.bit_wise_and(pa.compute.multiply(i, 7919), 4095)
-    for part in range(4):  # several files: the scans split across tasks
-        rows = slice(part * N // 4, (part + 1) * N // 4)
-        (root / "sales").mkdir(exist_ok=True)
-        pq.write_table(
-            pa.table({"s_id": i[rows], "s_date": date[rows], "s_item": item[rows],
-                      "s_qty": pa.compute.bit_wise_and(i, 63)[rows]}),
-            root / "sales" / f"{part}.parquet",
-        )  # fmt: skip
-        (root / "sales2").mkdir(exist_ok=True)
-        pq.write_table(
-            pa.table({"s_id": i[rows], "s_date": days[rows], "s_item": item[rows],
-                      "s_qty": pa.compute.bit_wise_and(i, 31)[rows]}),
-            root / "sales2" / f"{part}.parquet",
-        )  # fmt: skip
-        (root / "stock").mkdir(exist_ok=True)
-        pq.write_table(
-            pa.table({"st_item": item[rows], "st_date": days[rows],
-                      "st_qty": pa.compute.bit_wise_and(pa.compute.multiply(i, 13), 63)[rows]}),
-            root / "stock" / f"{part}.parquet",
-        )  # fmt: skip
+    bits, times = pa.compute.bit_wise_and, pa.compute.multiply
+    tables = {
+        "sales": {"s_id": i, "s_date": date, "s_item": item, "s_qty": bits(i, 63)},
+        "sales2": {"s_id": i, "s_date": days, "s_item": item, "s_qty": bits(i, 31)},
+        "stock": {"st_item": item, "st_date": days, "st_qty": bits(times(i, 13), 63)},
+    }
+    for name, columns in tables.items():
+        (root / name).mkdir()
+        for part in range(4):  # several files: the scans split across tasks
+            rows = slice(part * N // 4, (part + 1) * N // 4)
+            table = pa.table({k: v[rows] for k, v in columns.items()})
+            pq.write_table(table, root / name / f"{part}.parquet")
     sk = pa.array(range(3650), pa.int64())
     pq.write_table(
         pa.table({"d_sk": sk, "d_year": pa.compute.add(pa.compute.divide(sk, 365), 1995)}),
@@ -68,12 +60,6 @@ def session(data: Path) -> SessionContext:
     ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold = 200000")
     ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 20000")
     return ctx
-
-
-@pytest.fixture(scope="module")
-def cluster() -> LocalCluster:
-    with LocalCluster(2) as c:
-        yield c
 
 
 @pytest.fixture(params=["embedded", "workers"])

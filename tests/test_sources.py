@@ -15,7 +15,6 @@ from datafusion import DataFrame, SessionContext, col, lit
 from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
-    LocalCluster,
     UnsupportedTableError,
 )
 
@@ -31,12 +30,6 @@ def data(i: int = 0) -> pa.Table:
             "v": list(range(i * N, (i + 1) * N)),
         }
     )
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(2) as c:
-        yield c
 
 
 @pytest.fixture(params=["embedded", "processes"])

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from datafusion_distributed_py import LocalCluster
 from datafusion_distributed_py.differential import run_slt
 
 FILES = sorted((Path(__file__).parent / "sqllogictest" / "test_files").glob("*.slt"))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(2) as c:
-        yield c
 
 
 @pytest.mark.parametrize("kind", ["embedded", "workers"])

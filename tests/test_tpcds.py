@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpcds
+from datafusion_distributed_py import DistributedContext, ran_on, tpcds
 from datafusion_distributed_py.differential import compare
 
 SF = 0.01
@@ -43,12 +43,6 @@ def check(ctx: SessionContext, dctx: DistributedContext, sql: str, n: int) -> No
 @pytest.mark.parametrize("n", tpcds.QUERIES)
 def test_tpcds_embedded(ctx, tpcds_dir, n):
     check(ctx, DistributedContext(ctx), tpcds.query(tpcds_dir, n), n)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(2) as c:
-        yield c
 
 
 @pytest.mark.parametrize("n", ON_WORKERS)
