@@ -222,7 +222,7 @@ class DistributedContext:
             # A frame of its own: the caller's df stays as it was.
             own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             return distributed_frame(own, source, feed)
-        return distributed_frame(self._ctx.read_table(source), source, feed)
+        return distributed_frame(self._ctx.read_table(source), source, feed, root=True)
 
     def explain(
         self,
@@ -351,20 +351,21 @@ class DistributedContext:
     def _plan(self, df: DataFrame, feed: Feed) -> _internal.DistributedPlan:
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
-        session = _session_options(self._ctx)
         # A DataFrame plans with the settings of its creation: re-create it under ours.
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
-        options = {**session, **self._config.to_options(), **_PLANNING_OVERRIDES}
+        # Ours over the session's settings, which the core reads from the session itself.
+        options = {**self._config.to_options(), **_PLANNING_OVERRIDES}
         # The overrides concern uncorrelated scalar subqueries only (correlated ones and IN /
         # EXISTS become joins either way): without one, the plan is made once, as is.
         logical = fresh.logical_plan().display_indent()
         subqueries = bool(_SCALAR_SUBQUERY.search(logical)) and _uncorrelated_subquery(logical)
         if subqueries:
             self._check_scalar_subqueries(fresh.execution_plan(), options)
-        with _planning_settings(self._ctx, session) if subqueries else contextlib.nullcontext():
-            fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
+        with _planning_settings(self._ctx) if subqueries else contextlib.nullcontext():
+            if subqueries:  # planned again under the overrides
+                fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             try:
                 physical = fresh.execution_plan()
             except Exception as e:  # the query's own error: single-node gives it when it runs
@@ -541,8 +542,8 @@ def _check_result_names(df: DataFrame) -> None:
 
 
 def _session_options(ctx: SessionContext) -> dict[str, str]:
-    """The session's own settings, so workers plan and run with them too (read at each query,
-    so that a ``SET`` on ``ctx`` applies to the next one)."""
+    """The session's own settings, as ``information_schema`` lists them (the core reads them
+    for each query itself; this is for restoring the few :func:`_planning_settings` change)."""
     try:
         rows = ctx.sql("SELECT name, value FROM information_schema.df_settings").to_pylist()
     except Exception:  # information_schema disabled: planner defaults apply
@@ -596,8 +597,9 @@ def _one_row(plan: ExecutionPlan) -> bool:
 
 
 @contextlib.contextmanager
-def _planning_settings(ctx: SessionContext, session: dict[str, str]) -> Iterator[None]:
+def _planning_settings(ctx: SessionContext) -> Iterator[None]:
     """Apply :data:`_PLANNING_OVERRIDES` to ``ctx`` while it plans, then restore them."""
+    session = _session_options(ctx)
     changed = {k: session[k] for k, v in _PLANNING_OVERRIDES.items() if session.get(k, v) != v}
     for key in changed:
         ctx.sql(f"SET {key} = {_PLANNING_OVERRIDES[key]}")

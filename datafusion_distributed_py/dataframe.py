@@ -10,6 +10,11 @@ wrapped on the instance, to keep two things the plain class cannot:
   raised on a worker crosses two FFI boundaries and arrives as ``FFI error: External error:
   ...``; it is re-raised with the same type and single-node's message, the worker appended.
   A failure of a worker itself is raised as :class:`WorkerError` with ``.worker_url``;
+* **no second planning** — a frame as returned, with nothing added to it in Python, reads
+  its result straight from the core (Arrow C streams) for ``collect``, ``to_arrow_table``,
+  ``to_pandas``, ``count``...: the same run and rows as reading it through datafusion-python,
+  without datafusion-python planning a ``SELECT *`` over it and converting its session for
+  every FFI call (more than half of a short query's overhead);
 * **what it is doing** — each run (``collect``, ``show``, ``to_pandas``...) is a query in
   :data:`monitor.MONITOR`, with its stages' progress, for ``status()`` and the dashboard.
 """
@@ -23,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from datafusion import DataFrame
 
 from datafusion_distributed_py import _internal
@@ -84,6 +90,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
     # A write is never run twice: a lost worker then fails it instead of re-running it.
     writes = method.__name__.startswith("write_")
     runs = method.__name__ in _RUNS
+    direct = _DIRECT.get(method.__name__)
 
     @functools.wraps(method)
     def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
@@ -99,7 +106,10 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
             feed.current = record
         try:
-            out = method(df, *args, **kwargs)
+            if direct is not None and df._dfdpy_root and not args and not kwargs:  # type: ignore[attr-defined]
+                out = direct(df, source)
+            else:
+                out = method(df, *args, **kwargs)
         except BaseException as e:
             clean = translate(e) if isinstance(e, Exception) else None
             if record is not None:
@@ -149,6 +159,41 @@ def _rows(out: Any) -> int | None:
         return None
 
 
+def _read(stream: object) -> list[pa.RecordBatch]:
+    """The batches of an ``arrow_array_stream`` capsule."""
+    return list(pa.RecordBatchReader._import_from_c_capsule(stream))
+
+
+def _batches(df: DataFrame, plan: _internal.DistributedPlan) -> list[pa.RecordBatch]:
+    (stream,) = plan.collect_streams()
+    return _read(stream)
+
+
+def _table(df: DataFrame, plan: _internal.DistributedPlan) -> pa.Table:
+    # As datafusion-python builds it: the batches' schema, or the frame's when there are none.
+    batches = _batches(df, plan)
+    return pa.Table.from_batches(batches) if batches else df.schema().empty_table()
+
+
+def _polars(df: DataFrame, plan: _internal.DistributedPlan) -> Any:
+    import polars  # optional, as in datafusion-python
+
+    return polars.DataFrame(_table(df, plan))
+
+
+#: The methods that read a whole result, as a frame with nothing added reads it from the core.
+_DIRECT: dict[str, Callable[[DataFrame, _internal.DistributedPlan], Any]] = {
+    "collect": _batches,
+    "collect_partitioned": lambda df, plan: [_read(s) for s in plan.collect_streams(True)],
+    "to_arrow_table": _table,
+    "to_pandas": lambda df, plan: _table(df, plan).to_pandas(),
+    "to_pylist": lambda df, plan: _table(df, plan).to_pylist(),
+    "to_pydict": lambda df, plan: _table(df, plan).to_pydict(),
+    "to_polars": _polars,
+    "count": lambda df, plan: plan.count_rows(),
+}
+
+
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
 #: as ``__repr__``, cannot be replaced on one instance), wrapped.
 _WRAPPED = {
@@ -158,7 +203,9 @@ _WRAPPED = {
 }
 
 
-def distributed_frame(df: DataFrame, source: Source, feed: Feed | None = None) -> DataFrame:
+def distributed_frame(
+    df: DataFrame, source: Source, feed: Feed | None = None, root: bool = False
+) -> DataFrame:
     """``df`` — still exactly a ``datafusion.DataFrame`` — knowing where it runs, its errors
     given as single-node gives them, and the frames derived from it likewise.
 
@@ -171,6 +218,8 @@ def distributed_frame(df: DataFrame, source: Source, feed: Feed | None = None) -
     """
     df._dfdpy_source = source  # type: ignore[attr-defined]
     df._dfdpy_feed = feed  # type: ignore[attr-defined]
+    # The distributed result itself, nothing added in Python: it may be read directly.
+    df._dfdpy_root = root and isinstance(source, _internal.DistributedPlan)  # type: ignore[attr-defined]
     for name, wrapper in _WRAPPED.items():
         setattr(df, name, types.MethodType(wrapper, df))
     return df

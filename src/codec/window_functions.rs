@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_datafusion_err, Result};
-use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::logical_expr::WindowUDF;
 use datafusion::physical_expr::window::StandardWindowExpr;
 use datafusion::physical_plan::windows::WindowUDFExpr;
@@ -77,9 +77,9 @@ pub fn to_headers(
 }
 
 /// Decodes the window functions named in `headers` with `codec` and registers them on
-/// `builder` (over a built-in of the same name, as registering on a session does).
+/// `state` (over a built-in of the same name, as registering on a session does).
 pub fn register_from_headers(
-    builder: &mut SessionStateBuilder,
+    state: &mut SessionState,
     headers: &HeaderMap,
     codec: &dyn PhysicalExtensionCodec,
 ) -> Result<()> {
@@ -92,14 +92,11 @@ pub fn register_from_headers(
         .map_err(|e| malformed(e.to_string()))?;
     let payloads: BTreeMap<String, String> =
         serde_json::from_slice(&json).map_err(|e| malformed(e.to_string()))?;
-    let functions = builder.window_functions().get_or_insert_with(Vec::new);
     for (name, payload) in payloads {
         let payload = URL_SAFE_NO_PAD
             .decode(payload)
             .map_err(|e| malformed(e.to_string()))?;
-        let f = codec.try_decode_udwf(&name, &payload)?;
-        functions.retain(|g| g.name() != name);
-        functions.push(f);
+        state.register_udwf(codec.try_decode_udwf(&name, &payload)?)?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -49,29 +50,40 @@ fn single_remote_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execution
     ))
 }
 
-/// datafusion-distributed's planner wraps the query planner a state has (so it must be set
-/// first): we give it one that returns our already-planned physical plan.
+tokio::task_local! {
+    /// The physical plan [`Precomputed`] gives the distributed planner in the current call.
+    static PLANNED: Mutex<Option<Arc<dyn ExecutionPlan>>>;
+}
+
+/// The session state a planner starts each query from: DataFusion's default features and
+/// datafusion-distributed's planner, built once (building registers every function, a cost
+/// paid per query otherwise); queries clone it and set their own config.
+pub fn planning_state(runtime_env: Arc<RuntimeEnv>) -> SessionState {
+    // datafusion-distributed's planner wraps the query planner a state has (so it must be set
+    // first): ours returns the already-planned physical plan of the current call.
+    SessionStateBuilder::new()
+        .with_default_features()
+        .with_runtime_env(runtime_env)
+        .with_query_planner(Arc::new(Precomputed))
+        .with_distributed_planner()
+        .build()
+}
+
 async fn run_planner(
     plan: Arc<dyn ExecutionPlan>,
-    base: &SessionState,
+    state: &SessionState,
 ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
-    let state = SessionStateBuilder::new_from_existing(base.clone())
-        .with_query_planner(Arc::new(Precomputed(Mutex::new(Some(plan)))))
-        .with_distributed_planner()
-        .build();
     let empty = LogicalPlan::EmptyRelation(EmptyRelation {
         produce_one_row: false,
         schema: Arc::new(DFSchema::empty()),
     });
-    let plan = state
-        .query_planner()
-        .create_physical_plan(&empty, &state)
-        .await?;
+    let planner = state.query_planner().create_physical_plan(&empty, state);
+    let plan = PLANNED.scope(Mutex::new(Some(plan)), planner).await?;
     Ok((plan, state.task_ctx()))
 }
 
 #[derive(Debug)]
-struct Precomputed(Mutex<Option<Arc<dyn ExecutionPlan>>>);
+struct Precomputed;
 
 #[async_trait]
 impl QueryPlanner for Precomputed {
@@ -80,10 +92,10 @@ impl QueryPlanner for Precomputed {
         _logical_plan: &LogicalPlan,
         _session: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.0
-            .lock()
-            .expect("poisoned")
-            .take()
-            .ok_or_else(|| DataFusionError::Internal("plan already distributed".into()))
+        PLANNED
+            .try_with(|p| p.lock().expect("poisoned").take())
+            .ok()
+            .flatten()
+            .ok_or_else(|| DataFusionError::Internal("no plan to distribute".into()))
     }
 }

@@ -11,16 +11,15 @@ use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use pyo3::prelude::*;
 use url::Url;
 
-use super::distribute::distribute_plan;
+use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Quarantine};
 use super::live::{watch, Observer, WorkerStatus};
 use super::settings::apply_options;
@@ -80,6 +79,8 @@ pub struct Planned {
 pub struct ClusterPlanner {
     cluster: Cluster,
     runtime_env: Arc<RuntimeEnv>,
+    /// What each query's session state is cloned from (see [`planning_state`]).
+    base: SessionState,
     /// Asks workers for their running tasks' rows, memory and CPU.
     observer: Arc<Observer>,
 }
@@ -93,6 +94,7 @@ impl ClusterPlanner {
         let observer = Observer::embedded(cluster.channels.by_url().clone());
         Self {
             cluster: Cluster::Embedded(cluster),
+            base: planning_state(Arc::clone(&runtime_env)),
             runtime_env,
             observer: Arc::new(observer),
         }
@@ -101,10 +103,12 @@ impl ClusterPlanner {
     /// Over worker processes reached by URL, with `security`'s token and TLS.
     pub fn remote(workers: Workers, security: Security) -> Self {
         let channels = WorkerChannels::new(security);
+        let runtime_env = Arc::new(RuntimeEnv::default());
         Self {
             observer: Arc::new(Observer::Remote(channels.clone())),
             cluster: Cluster::Remote(workers, channels, Quarantine::default()),
-            runtime_env: Arc::new(RuntimeEnv::default()),
+            base: planning_state(Arc::clone(&runtime_env)),
+            runtime_env,
         }
     }
 
@@ -198,7 +202,7 @@ impl ClusterPlanner {
         codec: Arc<dyn PhysicalExtensionCodec>,
         log: &Arc<TaskLog>,
     ) -> Result<SessionState> {
-        let mut cfg = SessionConfig::new();
+        let mut cfg = self.base.config().clone();
         cfg.set_distributed_worker_resolver(FixedResolver(urls));
         let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
         let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
@@ -221,10 +225,8 @@ impl ClusterPlanner {
         cfg.set_distributed_desired_task_count_handler(memory_tables::desired_task_count);
         cfg.set_distributed_scale_up_leaf_node_handler(memory_tables::scale_up);
         apply_options(&mut cfg, options)?;
-        Ok(SessionStateBuilder::new()
-            .with_default_features()
-            .with_config(cfg)
-            .with_runtime_env(Arc::clone(&self.runtime_env))
-            .build())
+        let mut state = self.base.clone();
+        *state.config_mut() = cfg;
+        Ok(state)
     }
 }

@@ -53,6 +53,11 @@ impl DistributedRootExec {
             projection,
         }
     }
+
+    /// The task context the plan runs with (the one an FFI caller passes is ignored).
+    pub fn task_ctx(&self) -> Arc<TaskContext> {
+        Arc::clone(&self.task_ctx)
+    }
 }
 
 impl DisplayAs for DistributedRootExec {

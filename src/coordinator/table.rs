@@ -167,6 +167,31 @@ impl DistributedTable {
         self.query.runs.lock().expect("poisoned").clone()
     }
 
+    /// A new run of the query (a scan), projected to `projection`: the plan made at
+    /// submission when it was not run yet and the worker set is unchanged, else a new one.
+    pub async fn start(&self, projection: Option<&Vec<usize>>) -> Result<Arc<DistributedRootExec>> {
+        let (plan, task_ctx) = match self.take_unused() {
+            Some(Planned {
+                plan,
+                task_ctx,
+                log,
+                ..
+            }) => {
+                let mut runs = self.query.runs.lock().expect("poisoned");
+                runs.clear();
+                runs.push((Arc::clone(&plan), log));
+                (project(plan, projection)?, task_ctx)
+            }
+            None => self.query.plan_run(1, projection).await?,
+        };
+        Ok(Arc::new(DistributedRootExec::new(
+            plan,
+            task_ctx,
+            Arc::clone(&self.query),
+            projection.cloned(),
+        )))
+    }
+
     /// Lets the query run again when a worker is lost (the default), or not.
     pub fn set_retries(&self, on: bool) {
         self.query.retries_on.store(on, Ordering::Relaxed);
@@ -212,25 +237,6 @@ impl TableProvider for DistributedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let (plan, task_ctx) = match self.take_unused() {
-            Some(Planned {
-                plan,
-                task_ctx,
-                log,
-                ..
-            }) => {
-                let mut runs = self.query.runs.lock().expect("poisoned");
-                runs.clear();
-                runs.push((Arc::clone(&plan), log));
-                (project(plan, projection)?, task_ctx)
-            }
-            None => self.query.plan_run(1, projection).await?,
-        };
-        Ok(Arc::new(DistributedRootExec::new(
-            plan,
-            task_ctx,
-            Arc::clone(&self.query),
-            projection.cloned(),
-        )))
+        Ok(self.start(projection).await?)
     }
 }

@@ -2,6 +2,10 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
+use datafusion::execution::config::SessionConfig;
+use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
@@ -56,4 +60,31 @@ pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
     )?;
     let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
     Ok(SessionCodec::new(foreign))
+}
+
+/// The settings of a datafusion-python `SessionContext` as they are now (what
+/// `information_schema.df_settings` lists), read through its task-context capsule.
+///
+/// Only the session's config crosses: converting its whole task context would also convert
+/// every registered function, which costs more than the rest of a short query's planning.
+/// Read at each query, so a `SET` made on the session directly applies to the next one.
+pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, String>> {
+    let provider: FFI_TaskContextProvider = import(
+        session,
+        "__datafusion_task_context_provider__",
+        "datafusion_task_context_provider",
+    )?;
+    // SAFETY: function pointers of a provider the capsule name identified; each returned FFI
+    // struct releases itself on drop.
+    let task_ctx: Result<FFI_TaskContext, _> = unsafe { (provider.task_ctx)(&provider) }.into();
+    let task_ctx = task_ctx.map_err(|e| PyTypeError::new_err(format!("session settings: {e}")))?;
+    let ffi_config = unsafe { (task_ctx.session_config)(&task_ctx) };
+    let config = SessionConfig::try_from(&ffi_config)
+        .map_err(|e| PyTypeError::new_err(format!("session settings: {e}")))?;
+    Ok(config
+        .options()
+        .entries()
+        .into_iter()
+        .filter_map(|e| e.value.map(|v| (e.key, v)))
+        .collect())
 }

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::capsule::import_session_codec;
+use super::capsule::{import_session_codec, session_settings};
 use super::errors::to_py_err;
 use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
@@ -89,7 +89,8 @@ impl Coordinator {
     /// Distributes a physical plan serialised by datafusion-python.
     ///
     /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
-    /// `options` are config entries (`datafusion.*` from the session, `distributed.*` ours);
+    /// `options` are config entries set over the session's own settings (read from `session`):
+    /// `distributed.*` and planning overrides;
     /// `stores` are `(url, kind, options)` of the session's object stores.
     /// `session` is kept alive with the plan (the codec needs its task context).
     /// `min_workers`: fewer usable workers fail the query; `max_retries`: runs after the
@@ -116,10 +117,16 @@ impl Coordinator {
     ) -> PyResult<DistributedPlan> {
         let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
             .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
+        // The session's own settings, then ours (`distributed.*`, planning overrides) over them.
+        let mut settings = match &session {
+            Some(session) => session_settings(session.bind(py))?,
+            None => HashMap::new(),
+        };
+        settings.extend(options);
         let request = Arc::new(PlanRequest {
             plan_bytes,
             codec: Arc::new(import_session_codec(codec)?),
-            options,
+            options: settings,
             stores: stores.into_iter().map(StoreSpec::from).collect(),
             progress,
             session,

@@ -53,3 +53,17 @@ pub fn to_py_err(err: DataFusionError) -> PyErr {
     }
     DistributedError::new_err(err.to_string())
 }
+
+/// An error of running a query, raised as datafusion-python raises it (an `Exception` whose
+/// text starts with "DataFusion error: "), so the same `except` clauses catch it whether the
+/// result was read through datafusion-python or directly; a lost worker is a `WorkerError`.
+pub fn query_error(err: DataFusionError) -> PyErr {
+    if as_worker_failure(&err).is_some() {
+        return to_py_err(err);
+    }
+    let text = err.to_string();
+    // What the FFI path loses on the way too: the wrapper datafusion-distributed puts around a
+    // worker's error.
+    let text = text.strip_prefix("External error: ").unwrap_or(&text);
+    PyException::new_err(format!("DataFusion error: {text}"))
+}

@@ -2,8 +2,11 @@
 //! (`ctx.read_table(plan)`), with its explain output and per-task metrics.
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatchIterator;
+use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
 use datafusion::catalog::TableProvider;
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::{collect, collect_partitioned};
+use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_distributed::{
     display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
     DistributedExec, DistributedMetricsFormat,
@@ -15,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
 use super::capsule;
-use super::errors::to_py_err;
+use super::errors::{query_error, to_py_err};
 use crate::coordinator::{DistributedTable, TaskRecord};
 use crate::protocol::display_url;
 use crate::runtime;
@@ -106,6 +109,50 @@ impl DistributedPlan {
             }
         }
         Ok(records)
+    }
+
+    /// Runs the query (a new run, as a scan through datafusion-python would start) and
+    /// returns its batches as Arrow C streams (`arrow_array_stream` capsules): one per output
+    /// partition when `partitioned`, else one. This is how a result is read when nothing was
+    /// added to the query in Python: it skips datafusion-python planning a `SELECT *` over
+    /// the result and converting its session for every FFI call, which cost more than the
+    /// rest of a short query's overhead.
+    #[pyo3(signature = (partitioned = false))]
+    fn collect_streams<'py>(
+        &self,
+        py: Python<'py>,
+        partitioned: bool,
+    ) -> PyResult<Vec<Bound<'py, PyCapsule>>> {
+        let table = Arc::clone(&self.table);
+        let (schema, parts) = runtime::wait_for(py, async move {
+            let root = table.start(None).await.map_err(query_error)?;
+            let (schema, ctx) = (root.schema(), root.task_ctx());
+            let parts = match partitioned {
+                true => collect_partitioned(root, ctx).await,
+                false => collect(root, ctx).await.map(|batches| vec![batches]),
+            };
+            Ok((schema, parts.map_err(query_error)?))
+        })?;
+        parts
+            .into_iter()
+            .map(|batches| {
+                let reader =
+                    RecordBatchIterator::new(batches.into_iter().map(Ok), Arc::clone(&schema));
+                let stream = FFI_ArrowArrayStream::new(Box::new(reader));
+                capsule::export(py, stream, "arrow_array_stream")
+            })
+            .collect()
+    }
+
+    /// Runs the query with no column kept and counts its rows (`DataFrame.count`).
+    fn count_rows(&self, py: Python<'_>) -> PyResult<usize> {
+        let table = Arc::clone(&self.table);
+        runtime::wait_for(py, async move {
+            let root = table.start(Some(&vec![])).await.map_err(query_error)?;
+            let ctx = root.task_ctx();
+            let batches = collect(root, ctx).await.map_err(query_error)?;
+            Ok(batches.iter().map(|b| b.num_rows()).sum())
+        })
     }
 
     /// Lets a lost worker cost a retry of the query (the default), or not (while writing).

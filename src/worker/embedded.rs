@@ -10,6 +10,7 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use url::Url;
 
+use super::sessions::TaskSessions;
 use super::task_cache;
 use crate::protocol::InProcessChannelResolver;
 
@@ -29,17 +30,18 @@ impl EmbeddedCluster {
         // so each worker's session carries the same resolver; it is filled in after the
         // workers exist, hence the shared cell.
         let cell: Arc<OnceLock<InProcessChannelResolver>> = Default::default();
+        let sessions = Arc::new(TaskSessions::default());
         let mut workers = HashMap::new();
         for url in &urls {
             let cell = Arc::clone(&cell);
+            let sessions = Arc::clone(&sessions);
             let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
                 let channels = cell.get().cloned().unwrap_or_default();
-                async move {
-                    Ok(qctx
-                        .builder
-                        .with_distributed_channel_resolver(channels)
-                        .build())
-                }
+                let mut state = sessions.session(qctx.builder);
+                state
+                    .config_mut()
+                    .set_distributed_channel_resolver(channels);
+                async move { Ok(state) }
             })
             .with_runtime_env(Arc::clone(&runtime_env))
             .with_version(version.to_string());

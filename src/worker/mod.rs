@@ -1,6 +1,7 @@
 //! The worker side: what runs tasks, in worker processes and in the embedded cluster.
 mod embedded;
 mod server;
+mod sessions;
 mod stores;
 mod task_cache;
 

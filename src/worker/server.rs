@@ -11,12 +11,14 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::SessionState;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
+use super::sessions::TaskSessions;
 use super::stores::WorkerStores;
 use super::task_cache;
 use crate::codec::register_window_functions;
@@ -73,27 +75,35 @@ pub fn build_worker(
     )?);
     // Worker-to-worker streams (shuffles) get the same keep-alive, token and TLS.
     let channels = WorkerChannels::new(options.security);
+    let sessions = TaskSessions::default();
     Ok(
         Worker::from_session_builder(move |qctx: WorkerQueryContext| {
-            let codec = Arc::clone(&codec);
-            let channels = channels.clone();
-            // The coordinator names the object stores the query reads in a header.
-            let runtime = stores.runtime_for(&qctx.headers);
-            let mut builder = qctx.builder;
-            // The query's own window functions travel in a header (see `window_functions`).
-            let registered = register_window_functions(&mut builder, &qctx.headers, &*codec);
-            async move {
-                registered?;
-                Ok(builder
-                    .with_runtime_env(runtime?)
-                    .with_distributed_user_codec_arc(codec)
-                    .with_distributed_channel_resolver(channels)
-                    .build())
-            }
+            let session = task_session(qctx, &stores, &sessions, &codec, &channels);
+            async move { session }
         })
         .with_runtime_env(runtime_env)
         .with_version(options.version),
     )
+}
+
+/// The session a task runs in: the object stores and window functions its query names in
+/// headers, the worker's codec and channels.
+fn task_session(
+    qctx: WorkerQueryContext,
+    stores: &WorkerStores,
+    sessions: &TaskSessions,
+    codec: &Arc<dyn PhysicalExtensionCodec>,
+    channels: &WorkerChannels,
+) -> Result<SessionState> {
+    // The coordinator names the object stores the query reads in a header.
+    let runtime = stores.runtime_for(&qctx.headers)?;
+    let mut state = sessions.session(qctx.builder.with_runtime_env(runtime));
+    // The query's own window functions travel in a header (see `window_functions`).
+    register_window_functions(&mut state, &qctx.headers, &**codec)?;
+    let config = state.config_mut();
+    config.set_distributed_user_codec_arc(Arc::clone(codec));
+    config.set_distributed_channel_resolver(channels.clone());
+    Ok(state)
 }
 
 /// A worker being served: its bound address and how to stop it.
