@@ -426,10 +426,9 @@ class DistributedContext:
                 min_workers=self._config.min_workers,
                 max_retries=self._config.max_retries,
             )
-            batches = self._ctx.read_table(distributed).collect()
+            return distributed.count_rows()
         except Exception:  # a subquery that cannot travel: the query runs single-node
             return None
-        return int(sum(b.num_rows for b in batches))
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -542,13 +541,9 @@ def _check_result_names(df: DataFrame) -> None:
 
 
 def _session_options(ctx: SessionContext) -> dict[str, str]:
-    """The session's own settings, as ``information_schema`` lists them (the core reads them
-    for each query itself; this is for restoring the few :func:`_planning_settings` change)."""
-    try:
-        rows = ctx.sql("SELECT name, value FROM information_schema.df_settings").to_pylist()
-    except Exception:  # information_schema disabled: planner defaults apply
-        return {}
-    return {r["name"]: r["value"] for r in rows if r["value"] is not None}
+    """The session's own settings, read through its task-context capsule (what
+    ``information_schema.df_settings`` lists, without running a query)."""
+    return _internal.settings_of(ctx)
 
 
 #: Settings the single-node planner must use for a plan that will be distributed:

@@ -160,6 +160,7 @@ fn tls_hint(url: &Url, cause: &str) -> &'static str {
         "h2 protocol error",
         "BrokenPipe",
         "broken pipe",
+        "connection closed",
     ]
     .iter()
     .any(|said| cause.contains(said));

@@ -104,7 +104,7 @@ impl Coordinator {
     fn distribute(
         &self,
         py: Python<'_>,
-        plan_bytes: Vec<u8>,
+        plan_bytes: &[u8],
         codec: &Bound<'_, PyAny>,
         options: HashMap<String, String>,
         stores: Vec<(String, String, BTreeMap<String, String>)>,
@@ -124,7 +124,7 @@ impl Coordinator {
         };
         settings.extend(options);
         let request = Arc::new(PlanRequest {
-            plan_bytes,
+            plan_bytes: plan_bytes.to_vec(),
             codec: Arc::new(import_session_codec(codec)?),
             options: settings,
             stores: stores.into_iter().map(StoreSpec::from).collect(),
