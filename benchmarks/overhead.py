@@ -59,17 +59,23 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
         sql = "SELECT l_orderkey, l_partkey, l_quantity, l_extendedprice FROM lineitem"
-        print(f"\nresult transfer: to_arrow_table() of `{sql}`")
-        start = time.perf_counter()
-        table = ctx.sql(sql).to_arrow_table()
-        single_s = time.perf_counter() - start
-        mb = table.nbytes / 1e6
-        print(f"  {table.num_rows:,} rows, {mb:.0f} MB; single-node {mb / single_s:8.0f} MB/s")
+        print(f"\nresult transfer: to_arrow_table() of `{sql}` (best of 3, modes taking turns)")
+        runners = {"single-node": lambda: ctx.sql(sql).to_arrow_table()}
         for mode, dctx in modes.items():
-            start = time.perf_counter()
-            got = dctx.sql(sql).to_arrow_table()
-            dist_s = time.perf_counter() - start
-            assert got.num_rows == table.num_rows
+            runners[mode] = lambda d=dctx: d.sql(sql).to_arrow_table()
+        best = dict.fromkeys(runners, float("inf"))
+        rows: dict[str, int] = {}
+        for _ in range(3):
+            for mode, run in runners.items():
+                start = time.perf_counter()
+                table = run()
+                best[mode] = min(best[mode], time.perf_counter() - start)
+                rows[mode] = table.num_rows
+        mb = table.nbytes / 1e6
+        single_s = best.pop("single-node")
+        print(f"  {rows['single-node']:,} rows, {mb:.0f} MB; single-node {mb / single_s:8.0f} MB/s")
+        for mode, dist_s in best.items():
+            assert rows[mode] == rows["single-node"]
             print(
                 f"  {mode:<10} {mb / dist_s:8.0f} MB/s  "
                 f"= {single_s / dist_s * 100:5.1f}% of single-node"

@@ -211,7 +211,12 @@ def write_results(stem, args, modes, queries, times, checks, totals, suite="TPC-
                 ]
             )
     lines = [
-        f"# {suite} SF{args.sf:g}, best of {args.repeat}",
+        f"# {suite} SF{args.sf:g}, best of {args.repeat}"
+        + (
+            f" (modes taking turns; short queries up to 10 turns within {args.budget:g} s)"
+            if getattr(args, "budget", 0)
+            else ""
+        ),
         "",
         f"Machine: {machine()}",
         "",
