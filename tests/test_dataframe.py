@@ -147,3 +147,39 @@ def test_user_ctx_still_plans_single_node(dctx, ctx):
     dctx.sql(GROUPED).collect()
     plan = ctx.sql(GROUPED).execution_plan().display_indent()
     assert "Network" not in plan and "Distributed" not in plan
+
+
+def test_results_read_from_the_core_match_single_node(dctx, ctx):
+    # A returned frame reads its result straight from the core; every reader gives what
+    # single-node gives, with the schema kept when no row comes back.
+    for sql in (GROUPED, "SELECT l_orderkey FROM lineitem WHERE l_orderkey < 0"):
+        single, df = ctx.sql(sql), dctx.sql(sql)
+        assert is_distributed(dctx.explain(df))
+        expected = single.to_arrow_table()
+        got = df.to_arrow_table()
+        assert got.schema == expected.schema
+        assert_same_rows(got, expected, ordered=False)
+        assert df.count() == single.count()
+        assert sorted(map(str, df.to_pylist())) == sorted(map(str, single.to_pylist()))
+        assert sorted(df.to_pydict()) == sorted(single.to_pydict())
+        assert sum(b.num_rows for b in df.collect()) == expected.num_rows
+        parts = df.collect_partitioned()
+        assert sum(b.num_rows for p in parts for b in p) == expected.num_rows
+        assert len(df.to_pandas()) == expected.num_rows
+        # A frame derived in Python goes through datafusion-python and agrees too.
+        derived = df.limit(1_000_000)
+        assert_same_rows(derived.to_arrow_table(), expected, ordered=False)
+
+
+def test_a_set_made_on_ctx_directly_reaches_the_next_query():
+    # Settings are read from the session at each query, not cached.
+    ctx = SessionContext()
+    dctx = DistributedContext(ctx, progress=False)
+    sql = "SELECT value FROM generate_series(1, 100)"
+    for size in (7, 30):
+        ctx.sql(f"SET datafusion.execution.batch_size = {size}").collect()
+        df = dctx.sql(sql)
+        assert is_distributed(dctx.explain(df))
+        sizes = [b.num_rows for b in df.collect()]
+        assert sizes == [b.num_rows for b in ctx.sql(sql).collect()]
+        assert max(sizes) == size
