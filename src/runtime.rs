@@ -5,6 +5,8 @@
 //! blocking call from Python runs here with the GIL released (Python UDFs on worker threads
 //! need the GIL).
 use std::future::Future;
+
+use futures::FutureExt;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
@@ -39,13 +41,20 @@ where
     F: Future<Output = PyResult<T>> + Send,
     T: Send,
 {
+    // A panic stays an ordinary Python exception, as it was on a spawned task.
+    let fut = std::panic::AssertUnwindSafe(fut).catch_unwind();
     let mut fut = std::pin::pin!(fut);
     loop {
         let slice = std::time::Duration::from_millis(100);
         let done =
             py.detach(|| runtime().block_on(async { tokio::time::timeout(slice, &mut fut).await }));
         match done {
-            Ok(result) => return result,
+            Ok(Ok(result)) => return result,
+            Ok(Err(_panic)) => {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                    "task failed: the datafusion-distributed-py core panicked",
+                ))
+            }
             Err(_elapsed) => py.check_signals()?,
         }
     }

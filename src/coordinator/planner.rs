@@ -186,7 +186,7 @@ impl ClusterPlanner {
         }
         let plan = plan_rewrites::prepare(plan, state.config_options())?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
-        log::debug!("planned a distributed query over {workers} workers");
+        log::info!("planned a distributed query over {workers} workers");
         Ok(Planned {
             plan,
             task_ctx,

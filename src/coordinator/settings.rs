@@ -16,7 +16,7 @@ pub fn apply_options(cfg: &mut SessionConfig, options: &HashMap<String, String>)
         match cfg.options_mut().set(key, value) {
             Ok(()) => {}
             Err(e) if key.starts_with("datafusion.") => {
-                log::debug!("not forwarding session setting {key}: {e}")
+                log::info!("not forwarding session setting {key}: {e}")
             }
             Err(e) => {
                 return Err(DataFusionError::Configuration(format!(

@@ -13,6 +13,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
+use super::errors::DistributedError;
 use crate::codec::SessionCodec;
 
 /// Copies the FFI struct out of a capsule named `name`, checking the name so a wrong object
@@ -77,10 +78,11 @@ pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, 
     // SAFETY: function pointers of a provider the capsule name identified; each returned FFI
     // struct releases itself on drop.
     let task_ctx: Result<FFI_TaskContext, _> = unsafe { (provider.task_ctx)(&provider) }.into();
-    let task_ctx = task_ctx.map_err(|e| PyTypeError::new_err(format!("session settings: {e}")))?;
+    let unreadable =
+        |e: String| DistributedError::new_err(format!("cannot read the session's settings: {e}"));
+    let task_ctx = task_ctx.map_err(|e| unreadable(e.to_string()))?;
     let ffi_config = unsafe { (task_ctx.session_config)(&task_ctx) };
-    let config = SessionConfig::try_from(&ffi_config)
-        .map_err(|e| PyTypeError::new_err(format!("session settings: {e}")))?;
+    let config = SessionConfig::try_from(&ffi_config).map_err(|e| unreadable(e.to_string()))?;
     Ok(config
         .options()
         .entries()

@@ -15,11 +15,12 @@ mod worker;
 
 /// Adds everything `_internal` exports to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Our logs go to Python's `logging` (logger names `_internal.*`); DataFusion's own debug
-    // logs stay out, so hot paths never take the GIL to ask whether to log.
+    // Our logs go to Python's `logging` (logger names `_internal.*`). Nothing below Info is
+    // let through, so DataFusion's many debug records stop at the `log` macros instead of
+    // asking this logger (and Python) on hot paths.
     let _ = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?
         .filter(log::LevelFilter::Warn)
-        .filter_target("_internal".to_string(), log::LevelFilter::Debug)
+        .filter_target("_internal".to_string(), log::LevelFilter::Info)
         .install();
     m.add("__version__", crate::VERSION)?;
     // The DataFusion major this library was built against (checked at import).
