@@ -18,34 +18,20 @@ import argparse
 import logging
 import re
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import pyarrow as pa
 from datafusion import SessionContext
 
-from benchmarks.tpch import Runner, machine, parse_queries, same_values, write_results
+from benchmarks.tpch import (
+    Runner,
+    best_times,
+    machine,
+    parse_queries,
+    same_values,
+    write_results,
+)
 from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpcds
-
-
-def best_times(
-    runners: dict[str, Runner], sql: str, repeat: int, budget: float, most: int = 10
-) -> tuple[dict[str, float], dict[str, pa.Table]]:
-    """Each mode's best time for ``sql`` and its result. The modes take turns (single,
-    embedded, local2, single, ...) so a slow spell of a busy machine hits them alike; a short
-    query gets more turns, up to ``most``, until ``budget`` seconds were spent on it."""
-    best = dict.fromkeys(runners, float("inf"))
-    results: dict[str, pa.Table] = {}
-    spent, turns = 0.0, 0
-    while turns < repeat or (spent < budget and turns < most):
-        for mode, run in runners.items():
-            start = time.perf_counter()
-            results[mode] = run(sql)
-            took = time.perf_counter() - start
-            best[mode], spent = min(best[mode], took), spent + took
-        turns += 1
-    return best, results
 
 
 def main(argv: list[str] | None = None) -> int:

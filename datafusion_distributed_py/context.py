@@ -540,12 +540,6 @@ def _check_result_names(df: DataFrame) -> None:
         )
 
 
-def _session_options(ctx: SessionContext) -> dict[str, str]:
-    """The session's own settings, read through its task-context capsule (what
-    ``information_schema.df_settings`` lists, without running a query)."""
-    return _internal.settings_of(ctx)
-
-
 #: Settings the single-node planner must use for a plan that will be distributed:
 #: datafusion-distributed cannot cut a plan whose scalar subqueries run as a physical
 #: ScalarSubqueryExec (their stages are never scheduled), so they are planned as joins — the
@@ -594,7 +588,8 @@ def _one_row(plan: ExecutionPlan) -> bool:
 @contextlib.contextmanager
 def _planning_settings(ctx: SessionContext) -> Iterator[None]:
     """Apply :data:`_PLANNING_OVERRIDES` to ``ctx`` while it plans, then restore them."""
-    session = _session_options(ctx)
+    # The session's own settings (read through its task-context capsule, no query run).
+    session = _internal.settings_of(ctx)
     changed = {k: session[k] for k, v in _PLANNING_OVERRIDES.items() if session.get(k, v) != v}
     for key in changed:
         ctx.sql(f"SET {key} = {_PLANNING_OVERRIDES[key]}")
