@@ -101,9 +101,6 @@ class DistributedPlan:
     def __datafusion_table_provider__(self, session: object) -> object:
         """The FFI table-provider capsule (``ctx.read_table(plan)``)."""
 
-def settings_of(session: object) -> dict[str, str]:
-    """The settings of a ``SessionContext`` (``datafusion.*`` entries with a value)."""
-
 @final
 class WorkerServer:
     """A gRPC server running the tasks of distributed plans."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
@@ -356,31 +355,17 @@ class DistributedContext:
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         # Ours over the session's settings, which the core reads from the session itself.
-        options = {**self._config.to_options(), **_PLANNING_OVERRIDES}
-        # The overrides concern uncorrelated scalar subqueries only (correlated ones and IN /
-        # EXISTS become joins either way): without one, the plan is made once, as is.
-        logical = fresh.logical_plan().display_indent()
-        subqueries = bool(_SCALAR_SUBQUERY.search(logical)) and _uncorrelated_subquery(logical)
-        if subqueries:
-            self._check_scalar_subqueries(fresh.execution_plan(), options)
-        with _planning_settings(self._ctx) if subqueries else contextlib.nullcontext():
-            if subqueries:  # planned again under the overrides
-                fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-            try:
-                physical = fresh.execution_plan()
-            except Exception as e:  # the query's own error: single-node gives it when it runs
-                cause = str(e).splitlines()[0]
-                raise UnsupportedPlanError(
-                    "a scalar subquery in this position cannot be planned as a join, the form "
-                    f"workers can run ({cause})"
-                    if subqueries
-                    else f"its physical plan cannot be made ({cause})"
-                ) from e
-            writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
-            try:
-                plan_bytes = physical.to_bytes(self._ctx)
-            except Exception as e:  # datafusion raises plain Exception subclasses
-                raise _unsupported(self._ctx, fresh, e) from e
+        options = self._config.to_options()
+        try:
+            physical = fresh.execution_plan()
+        except Exception as e:  # the query's own error: single-node gives it when it runs
+            cause = str(e).splitlines()[0]
+            raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
+        writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
+        try:
+            plan_bytes = physical.to_bytes(self._ctx)
+        except Exception as e:  # datafusion raises plain Exception subclasses
+            raise _unsupported(self._ctx, fresh, e) from e
         codec = self._ctx.__datafusion_physical_extension_codec__()
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(feed)
@@ -392,43 +377,6 @@ class DistributedContext:
         )  # fmt: skip
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
-
-    def _check_scalar_subqueries(self, plan: ExecutionPlan, options: dict[str, str]) -> None:
-        """Refuse (as not distributable) a plan with a scalar subquery that does not yield
-        exactly one row. Distributed, scalar subqueries run as joins, which give no row where
-        single-node gives NULL or an error ("returned more than one row"). An aggregate
-        without GROUP BY always yields one row; any other subquery is run first (distributed)
-        to count its rows."""
-        pending = [plan]
-        while pending:
-            node = pending.pop()
-            children = node.children()
-            if node.display().startswith("ScalarSubqueryExec"):
-                for sub in children[1:]:
-                    if not _one_row(sub) and self._count_rows(sub, options) != 1:
-                        raise UnsupportedPlanError(
-                            "a scalar subquery does not yield exactly one row (single-node "
-                            "gives NULL or an error for it; the join form workers run would "
-                            "give no row)"
-                        )
-            pending.extend(children)
-
-    def _count_rows(self, plan: ExecutionPlan, options: dict[str, str]) -> int | None:
-        """Rows of ``plan`` (a scalar subquery), run distributed; None if it cannot be."""
-        try:
-            distributed = self._coordinator.distribute(
-                plan.to_bytes(self._ctx),
-                self._ctx.__datafusion_physical_extension_codec__(),
-                options,
-                object_stores.stores_of(self._ctx),
-                None,
-                session=self._ctx,
-                min_workers=self._config.min_workers,
-                max_retries=self._config.max_retries,
-            )
-            return distributed.count_rows()
-        except Exception:  # a subquery that cannot travel: the query runs single-node
-            return None
 
     def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -484,42 +432,6 @@ def _coordinator_for(workers: Workers, security: Security | None) -> _internal.C
     )
 
 
-#: A scalar subquery in a logical plan's display (not ``IN``/``EXISTS``/``ANY``/``ALL``).
-_SCALAR_SUBQUERY = re.compile(r"(?<!IN )(?<!EXISTS )(?<!ANY )(?<!ALL )(?<!SOME )\(<subquery>\)")
-
-
-def _uncorrelated_subquery(plan: str) -> bool:
-    r"""Whether a logical plan (``display_indent()``) may hold an uncorrelated subquery: a
-    ``Subquery:`` block whose own lines (nested blocks aside) refer to no outer column. A
-    block correlated only through a nested one counts too: the answer errs on the safe side.
-
-    Example:
-        >>> _uncorrelated_subquery("Filter: a > (<subquery>)\n  Subquery:\n    TableScan: t")
-        True
-        >>> _uncorrelated_subquery("Filter: a > (<subquery>)\n  Subquery:\n"
-        ...                        "    Filter: b = outer_ref(t.a)\n      TableScan: u")
-        False
-    """
-    lines = plan.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip() != "Subquery:":
-            continue
-        depth = len(line) - len(line.lstrip())
-        own: list[str] = []
-        nested_at: int | None = None
-        for inner in lines[i + 1 :]:
-            indent = len(inner) - len(inner.lstrip())
-            if indent <= depth:
-                break
-            if nested_at is not None and indent > nested_at:
-                continue  # inside a nested block: its own lines are checked on their own
-            nested_at = indent if inner.strip() == "Subquery:" else None
-            own.append(inner)
-        if not any("outer_ref(" in s for s in own):
-            return True
-    return False
-
-
 def _describe(df: DataFrame) -> str:
     """A one-line name for a DataFrame built in Python: its logical plan's top node."""
     first = df.logical_plan().display_indent().strip().split("\n", 1)[0]
@@ -538,15 +450,6 @@ def _check_result_names(df: DataFrame) -> None:
             "cannot carry through datafusion-python 55 (a table has one name per column); "
             "give them distinct names (SELECT a.id AS a_id, b.id AS b_id ...) to distribute it"
         )
-
-
-#: Settings the single-node planner must use for a plan that will be distributed:
-#: datafusion-distributed cannot cut a plan whose scalar subqueries run as a physical
-#: ScalarSubqueryExec (their stages are never scheduled), so they are planned as joins — the
-#: same answer when each subquery yields one row (see :func:`_check_scalar_subqueries`).
-_PLANNING_OVERRIDES = {
-    "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery": "false",
-}
 
 
 def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:
@@ -571,33 +474,6 @@ def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
         if any(f(a) for f in group) and any(f(b) for f in group):
             return True
     return False
-
-
-def _one_row(plan: ExecutionPlan) -> bool:
-    """Whether ``plan`` yields exactly one row: an aggregate without GROUP BY, under
-    projections and coalescing."""
-    node = plan
-    while True:
-        name, _, details = node.display().partition(":")
-        if name in ("ProjectionExec", "CoalescePartitionsExec", "CoalesceBatchesExec"):
-            node = node.children()[0]
-            continue
-        return name == "AggregateExec" and "gby=[]," in details and "mode=Partial," not in details
-
-
-@contextlib.contextmanager
-def _planning_settings(ctx: SessionContext) -> Iterator[None]:
-    """Apply :data:`_PLANNING_OVERRIDES` to ``ctx`` while it plans, then restore them."""
-    # The session's own settings (read through its task-context capsule, no query run).
-    session = _internal.settings_of(ctx)
-    changed = {k: session[k] for k, v in _PLANNING_OVERRIDES.items() if session.get(k, v) != v}
-    for key in changed:
-        ctx.sql(f"SET {key} = {_PLANNING_OVERRIDES[key]}")
-    try:
-        yield
-    finally:
-        for key, value in changed.items():
-            ctx.sql(f"SET {key} = {value}")
 
 
 def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> UnsupportedTableError:

@@ -193,6 +193,40 @@ def test_once_refused_queries_answer(both, sql):
     assert_same(*both, sql)
 
 
+#: Uncorrelated scalar subqueries: they run first, on the workers, and their values go into
+#: the plan, so a subquery with no row gives NULL, as single-node does.
+SCALAR_SUBQUERIES = [
+    "SELECT id FROM t WHERE c2 > (SELECT avg(c2) FROM t)",
+    "SELECT id FROM t WHERE c1 = (SELECT c1 FROM t WHERE id = 6)",
+    "SELECT id, (SELECT a FROM t WHERE id = 99) AS none FROM t",
+    "SELECT count(*) AS n FROM t WHERE a IS NULL OR a < (SELECT a FROM t WHERE id = 0)",
+    "SELECT id FROM t WHERE c1 = (SELECT c2 FROM t WHERE id = (SELECT max(c1) FROM t))",
+    "SELECT sum(id) AS s FROM (SELECT id, c1 FROM t WHERE c2 < (SELECT max(c2) FROM t)) s "
+    "WHERE c1 > (SELECT min(c1) FROM t)",
+]
+
+
+@pytest.mark.parametrize("sql", SCALAR_SUBQUERIES)
+def test_scalar_subqueries_run_on_workers(both, sql):
+    ctx, dctx = both
+    assert_same(ctx, dctx, sql)
+    assert ran_on(dctx.sql(sql)) == "workers"
+    assert is_distributed(dctx.explain(sql))
+
+
+def test_scalar_subquery_of_more_than_one_row_fails_as_single_node(both, caplog):
+    ctx, dctx = both
+    sql = "SELECT id FROM t WHERE c1 = (SELECT c1 FROM t WHERE c2 = 1)"
+    with pytest.raises(Exception, match="more than one row") as single:
+        ctx.sql(sql).collect()
+    with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
+        df = dctx.sql(sql)  # the error is the query's, given when it runs
+    assert "scalar subquery fails" in caplog.text
+    with pytest.raises(Exception) as distributed:
+        df.collect()
+    assert str(distributed.value) == str(single.value)
+
+
 def test_unbounded_table_answers(tmp_path: Path):
     data = tmp_path / "s.csv"
     data.write_text("a,b\n1,x\n2,y\n3,z\n")

@@ -31,7 +31,7 @@ def ctx(tpcds_dir: Path) -> SessionContext:
 
 
 #: Queries answered through the single-node fallback at this scale, and why.
-FALLS_BACK = {44: "its scalar subquery yields no row at SF 0.01 (single-node makes it NULL)"}
+FALLS_BACK: dict[int, str] = {}
 
 
 def check(ctx: SessionContext, dctx: DistributedContext, sql: str, n: int) -> None:

@@ -1,5 +1,6 @@
 //! The coordinator side: runs in the user's process. It plans a query for the current workers
-//! (`planner`), checks them first (`handshake`), cuts the plan into stages (`distribute`),
+//! (`planner`), checks them first (`handshake`), runs scalar subqueries first
+//! (`subqueries`), cuts the plan into stages (`distribute`),
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
 //! datafusion-python as a table (`table`, `root`).
 mod distribute;
@@ -8,6 +9,7 @@ mod live;
 mod planner;
 mod root;
 mod settings;
+mod subqueries;
 mod table;
 mod task_log;
 mod tracking;

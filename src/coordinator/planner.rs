@@ -23,10 +23,14 @@ use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Quarantine};
 use super::live::{watch, Observer, WorkerStatus};
 use super::settings::apply_options;
+use super::subqueries;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, memory_tables, window_function_headers};
-use crate::errors::{as_worker_failure, not_distributable};
+use crate::errors::{
+    as_worker_failure, is_rejected_credentials, is_worker_failure, is_worker_lost,
+    not_distributable,
+};
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites;
 use crate::protocol::display_url;
@@ -144,8 +148,24 @@ impl ClusterPlanner {
     }
 
     /// Resolves the workers, leaves out the lost ones, decodes the plan and distributes it;
-    /// `attempt` counts the runs of this query (1 for the first).
+    /// `attempt` counts the runs of this query (1 for the first). Scalar subqueries run while
+    /// planning: a worker lost meanwhile is left out and planning starts again, up to
+    /// `max_retries` times.
     pub async fn plan(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
+        let mut retries = if req.writes { 0 } else { req.max_retries };
+        loop {
+            match self.plan_once(req, attempt).await {
+                Err(e) if retries > 0 && is_worker_lost(&e) => {
+                    log::warn!("{e}: planning the query again on the workers left");
+                    self.find_lost().await;
+                    retries -= 1;
+                }
+                planned => return planned,
+            }
+        }
+    }
+
+    async fn plan_once(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
         let resolved = self.urls()?;
         let mut urls = resolved.clone();
         if let Cluster::Remote(_, channels, quarantine) = &self.cluster {
@@ -184,6 +204,18 @@ impl ClusterPlanner {
                     .set_distributed_passthrough_headers(headers)?;
             }
         }
+        let plan = subqueries::run_first(plan, &state, &*req.codec)
+            .await
+            .map_err(
+                |e| match is_worker_failure(&e) || is_rejected_credentials(&e) {
+                    true => e,
+                    // Single-node fails the same way when the query runs: it runs there instead.
+                    false => not_distributable(format!(
+                        "a scalar subquery fails when run first ({})",
+                        e.to_string().lines().next().unwrap_or_default()
+                    )),
+                },
+            )?;
         let plan = plan_rewrites::prepare(plan, state.config_options())?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");

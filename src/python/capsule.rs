@@ -90,9 +90,3 @@ pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, 
         .filter_map(|e| e.value.map(|v| (e.key, v)))
         .collect())
 }
-
-/// `session_settings` for Python: the settings of a `SessionContext`, as a dict.
-#[pyfunction]
-pub fn settings_of(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, String>> {
-    session_settings(session)
-}

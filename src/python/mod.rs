@@ -30,6 +30,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
-    m.add_function(wrap_pyfunction!(capsule::settings_of, m)?)?;
     Ok(())
 }
