@@ -28,8 +28,8 @@ use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, memory_tables, window_function_headers};
 use crate::errors::{
-    as_worker_failure, is_rejected_credentials, is_worker_failure, is_worker_lost,
-    not_distributable,
+    as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
+    is_worker_lost, not_distributable,
 };
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites;
@@ -206,16 +206,7 @@ impl ClusterPlanner {
         }
         let plan = subqueries::run_first(plan, &state, &*req.codec)
             .await
-            .map_err(
-                |e| match is_worker_failure(&e) || is_rejected_credentials(&e) {
-                    true => e,
-                    // Single-node fails the same way when the query runs: it runs there instead.
-                    false => not_distributable(format!(
-                        "a scalar subquery fails when run first ({})",
-                        e.to_string().lines().next().unwrap_or_default()
-                    )),
-                },
-            )?;
+            .map_err(subquery_failed)?;
         let plan = plan_rewrites::prepare(plan, state.config_options())?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");
@@ -261,4 +252,17 @@ impl ClusterPlanner {
         *state.config_mut() = cfg;
         Ok(state)
     }
+}
+
+/// A scalar subquery's own error (run first, while planning) as the reason to run the query
+/// single-node, where it fails the same way when it runs; the workers' failures stay as they
+/// are.
+fn subquery_failed(e: DataFusionError) -> DataFusionError {
+    if is_worker_failure(&e) || is_rejected_credentials(&e) || as_not_distributable(&e).is_some() {
+        return e;
+    }
+    not_distributable(format!(
+        "a scalar subquery fails when run first ({})",
+        e.to_string().lines().next().unwrap_or_default()
+    ))
 }

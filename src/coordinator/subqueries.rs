@@ -32,6 +32,7 @@ use futures::future::{try_join_all, BoxFuture};
 use futures::{FutureExt, StreamExt};
 
 use super::distribute::distribute_plan;
+use crate::errors::not_distributable;
 use crate::plan_rewrites;
 
 /// `plan` with each uncorrelated scalar subquery run (distributed, with `state`) and its
@@ -156,6 +157,14 @@ impl PhysicalProtoConverterExtension for Inline {
         let ColumnarValue::Scalar(value) = expr.evaluate(&empty)? else {
             return internal_err!("a scalar subquery gave an array");
         };
+        // DataFusion 55 types a subquery that cannot yield NULL as non-nullable, yet gives
+        // NULL when it yields no row; single-node then may fail where the value lands. The
+        // literal, typed nullable, would not: such a query runs as single-node does.
+        if value.is_null() && !expr.nullable(&Schema::empty())? {
+            return Err(not_distributable(
+                "a scalar subquery typed non-nullable yields no row".into(),
+            ));
+        }
         let literal: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(value));
         serialize_physical_expr_with_converter(&literal, codec, self)
     }
