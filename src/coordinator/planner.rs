@@ -182,11 +182,14 @@ impl ClusterPlanner {
         if watched {
             watch(&log, Arc::clone(&self.observer), req.live_interval);
         }
-        let mut state = self.session_state(urls, &req.options, Arc::clone(&req.codec), &log)?;
+        let state_for = |log: &Arc<TaskLog>| {
+            self.session_state(urls.clone(), &req.options, Arc::clone(&req.codec), log)
+        };
+        let mut state = state_for(&log)?;
         let task_ctx = state.task_ctx();
         // What cannot be decoded lost something in serialisation (a Float16 literal turned
         // Float32, an operator with no serialised form): the query runs single-node instead.
-        let plan =
+        let mut plan =
             physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)
                 .map_err(|e| {
                     not_distributable(format!(
@@ -195,18 +198,29 @@ impl ClusterPlanner {
                     ))
                 })?;
         plan_rewrites::check_nothing_lost(&plan)?;
+        let mut headers = http::HeaderMap::new();
         if matches!(self.cluster, Cluster::Remote(..)) {
-            let mut headers = stores_to_headers(&req.stores);
+            headers = stores_to_headers(&req.stores);
             headers.extend(window_function_headers(&plan, &*req.codec)?);
+        }
+        if !headers.is_empty() {
+            state
+                .config_mut()
+                .set_distributed_passthrough_headers(headers.clone())?;
+        }
+        if subqueries::holds_subqueries(&plan) {
+            // Their tasks are kept apart from the query's (its progress, metrics, explain).
+            let mut sub_state = state_for(&Arc::new(TaskLog::with_progress(None, attempt)))?;
             if !headers.is_empty() {
-                state
+                sub_state
                     .config_mut()
                     .set_distributed_passthrough_headers(headers)?;
             }
+            let codec = &*req.codec;
+            plan = subqueries::run_first(plan, &sub_state, codec)
+                .await
+                .map_err(subquery_failed)?;
         }
-        let plan = subqueries::run_first(plan, &state, &*req.codec)
-            .await
-            .map_err(subquery_failed)?;
         let plan = plan_rewrites::prepare(plan, state.config_options())?;
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");

@@ -62,6 +62,11 @@ pub fn run_first<'a>(
     .boxed()
 }
 
+/// Whether `plan` has uncorrelated scalar subqueries to run first.
+pub fn holds_subqueries(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    !holders(plan).is_empty()
+}
+
 /// The `ScalarSubqueryExec`s of `plan`, outside the subqueries themselves (those nested in a
 /// subquery are run with it).
 fn holders(plan: &Arc<dyn ExecutionPlan>) -> Vec<&ScalarSubqueryExec> {
