@@ -203,19 +203,11 @@ impl ClusterPlanner {
             headers = stores_to_headers(&req.stores);
             headers.extend(window_function_headers(&plan, &*req.codec)?);
         }
-        if !headers.is_empty() {
-            state
-                .config_mut()
-                .set_distributed_passthrough_headers(headers.clone())?;
-        }
+        pass_headers(&mut state, &headers)?;
         if subqueries::holds_subqueries(&plan) {
             // Their tasks are kept apart from the query's (its progress, metrics, explain).
             let mut sub_state = state_for(&Arc::new(TaskLog::with_progress(None, attempt)))?;
-            if !headers.is_empty() {
-                sub_state
-                    .config_mut()
-                    .set_distributed_passthrough_headers(headers)?;
-            }
+            pass_headers(&mut sub_state, &headers)?;
             let codec = &*req.codec;
             plan = subqueries::run_first(plan, &sub_state, codec)
                 .await
@@ -279,4 +271,14 @@ fn subquery_failed(e: DataFusionError) -> DataFusionError {
         "a scalar subquery fails when run first ({})",
         e.to_string().lines().next().unwrap_or_default()
     ))
+}
+
+/// Sends `headers` (object stores, window functions) with every task planned with `state`.
+fn pass_headers(state: &mut SessionState, headers: &http::HeaderMap) -> Result<()> {
+    match headers.is_empty() {
+        true => Ok(()),
+        false => state
+            .config_mut()
+            .set_distributed_passthrough_headers(headers.clone()),
+    }
 }

@@ -84,7 +84,8 @@ fn holders(plan: &Arc<dyn ExecutionPlan>) -> Vec<&ScalarSubqueryExec> {
     found
 }
 
-/// Runs a subquery on the workers and gives its value as single-node would.
+/// Runs a subquery on the workers and gives its value as single-node would (DataFusion's own
+/// `execute_scalar_subquery` is private: this is its logic, errors word for word).
 async fn scalar_of(plan: Arc<dyn ExecutionPlan>, state: &SessionState) -> Result<ScalarValue> {
     let schema = plan.schema();
     if schema.fields().len() != 1 {
