@@ -28,6 +28,7 @@ from benchmarks.tpch import (
     best_times,
     machine,
     parse_queries,
+    ratio,
     same_values,
     write_results,
 )
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     totals = {m: sum(times[m].values()) for m in modes}
     print("\ntotal (s):  " + "  ".join(f"{m}={totals[m]:.2f}" for m in modes))
     for m in modes[1:]:
-        worst = max(queries, key=lambda n: times[m][n] / max(times["single"][n], 1e-9))
+        worst = max(queries, key=lambda n: ratio(times, m, n))
         print(
             f"{m} / single = {totals[m] / totals['single']:.2f} (worst: q{worst} "
-            f"{times[m][worst] / max(times['single'][worst], 1e-9):.2f}x)"
+            f"{ratio(times, m, worst):.2f}x)"
         )
     stem = f"tpcds_sf{args.sf:g}_{'_'.join(modes)}"
     write_results(stem, args, modes, queries, times, checks, totals, suite="TPC-DS")

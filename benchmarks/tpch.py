@@ -212,6 +212,11 @@ def _dist_runner(dctx: DistributedContext) -> Runner:
     return lambda sql: dctx.sql(sql).to_arrow_table()
 
 
+def ratio(times: dict[str, dict[int, float]], mode: str, query: int) -> float:
+    """``mode``'s time for ``query`` over single-node's."""
+    return times[mode][query] / max(times["single"][query], 1e-9)
+
+
 def write_results(stem, args, modes, queries, times, checks, totals, suite="TPC-H") -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
@@ -268,8 +273,7 @@ def write_results(stem, args, modes, queries, times, checks, totals, suite="TPC-
             xs = [q + i * width for q in range(len(queries))]
             ax.bar(xs, [times[m][n] for n in queries], width, label=m)
             if m != "single":
-                ratios = [times[m][n] / max(times["single"][n], 1e-9) for n in queries]
-                rx.bar(xs, ratios, width, label=m, color=f"C{i}")
+                rx.bar(xs, [ratio(times, m, n) for n in queries], width, label=m, color=f"C{i}")
         rx.axhline(1.0, color="black", linewidth=0.8)
         rx.set_ylabel("ratio to single-node")
         rx.set_xticks(ticks)
