@@ -242,10 +242,11 @@ fn semi_join(
     scan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let build = if filter.build.output_partitioning().partition_count() > 1 {
-        Arc::new(CoalescePartitionsExec::new(filter.build))
+    let build = own_copy(filter.build)?;
+    let build = if build.output_partitioning().partition_count() > 1 {
+        Arc::new(CoalescePartitionsExec::new(build))
     } else {
-        filter.build
+        build
     };
     let schema = scan.schema();
     let on = filter
@@ -268,6 +269,16 @@ fn semi_join(
         false,
     )?);
     FilterPushdown::new_post_optimization().optimize(join, config)
+}
+
+/// `build` with fresh run state in every node. The copy may land in the same task as the join
+/// it was taken from (a one-task stage, or broadcasts turned off), and nodes of one instance
+/// share what they run: a scan's queue of files would go to whichever copy drained it first,
+/// leaving the other empty.
+fn own_copy(build: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    build
+        .transform_up(|node| node.reset_state().map(Transformed::yes))
+        .map(|t| t.data)
 }
 
 fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
