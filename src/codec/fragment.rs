@@ -16,11 +16,10 @@ use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::DistributedCodec;
-use datafusion_proto::bytes::{
-    physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
-};
+use datafusion_proto::bytes::physical_plan_to_bytes_with_proto_converter;
 use datafusion_proto::physical_plan::{
     ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
+    PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
 };
 
 /// The functions every DataFusion session has: these travel by name.
@@ -131,13 +130,17 @@ pub fn encode_fragment(plan: Arc<dyn ExecutionPlan>, codec: &FragmentCodec) -> R
     Ok(physical_plan_to_bytes_with_proto_converter(plan, codec, &converter)?.to_vec())
 }
 
-pub fn decode_fragment(
-    bytes: &[u8],
+/// A private copy of `plan` for an in-process task: the same round trip a worker process's
+/// fragment makes (fresh run state, dynamic filters linked within the copy), through the
+/// protobuf messages but without writing and parsing their bytes.
+pub fn copy_fragment(
+    plan: &Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
     codec: &FragmentCodec,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let converter = DeduplicatingProtoConverter::default();
-    physical_plan_from_bytes_with_proto_converter(bytes, ctx, codec, &converter)
+    let proto = DeduplicatingProtoConverter::default().execution_plan_to_proto(plan, codec)?;
+    let decode_ctx = PhysicalPlanDecodeContext::new(ctx, codec);
+    DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)
 }
 
 #[cfg(test)]

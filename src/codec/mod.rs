@@ -35,7 +35,7 @@ pub mod memory_tables;
 mod session;
 mod window_functions;
 
-pub use fragment::{decode_fragment, encode_fragment, fragment_codec, FragmentCodec};
+pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
 pub use session::SessionCodec;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,

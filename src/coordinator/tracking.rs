@@ -20,7 +20,7 @@ use http::HeaderMap;
 use url::Url;
 
 use super::task_log::{TaskLog, TaskRecord};
-use crate::codec::{decode_fragment, encode_fragment, FragmentCodec};
+use crate::codec::{copy_fragment, encode_fragment, FragmentCodec};
 use crate::errors;
 use crate::protocol::display_url;
 
@@ -89,22 +89,23 @@ impl TrackingChannel {
         plan: Arc<dyn ExecutionPlan>,
         task_ctx: &TaskContext,
     ) -> Result<MaybeEncoded<Arc<dyn ExecutionPlan>>> {
-        let bytes = encode_fragment(plan, &self.codec)?;
-        Ok(match self.transport {
+        let max_message_bytes = match self.transport {
             Transport::Embedded => {
-                MaybeEncoded::Decoded(decode_fragment(&bytes, task_ctx, &self.codec)?)
+                return copy_fragment(&plan, task_ctx, &self.codec).map(MaybeEncoded::Decoded)
             }
-            Transport::Remote { max_message_bytes } if bytes.len() > max_message_bytes => {
-                return Err(DataFusionError::ResourcesExhausted(format!(
-                    "a plan fragment for worker {} is {} bytes, over the {max_message_bytes}-byte \
-                     message limit (Security(max_message_bytes=...)); in-memory tables travel \
-                     inside plans: write large ones to Parquet and register the files",
-                    display_url(&self.url),
-                    bytes.len()
-                )))
-            }
-            Transport::Remote { .. } => MaybeEncoded::Encoded(bytes),
-        })
+            Transport::Remote { max_message_bytes } => max_message_bytes,
+        };
+        let bytes = encode_fragment(plan, &self.codec)?;
+        if bytes.len() > max_message_bytes {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "a plan fragment for worker {} is {} bytes, over the {max_message_bytes}-byte \
+                 message limit (Security(max_message_bytes=...)); in-memory tables travel \
+                 inside plans: write large ones to Parquet and register the files",
+                display_url(&self.url),
+                bytes.len()
+            )));
+        }
+        Ok(MaybeEncoded::Encoded(bytes))
     }
 }
 
