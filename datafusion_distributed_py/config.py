@@ -37,7 +37,8 @@ class DistributedConfig:
         compression: compression of data between workers: "none", "lz4" or "zstd".
         shuffle_batch_size: batch size for worker stages; 0 keeps the session's batch size.
         max_tasks_per_stage: upper bound of tasks per stage; 0 means the number of workers.
-        partial_reduce: extra partial aggregation before shuffles.
+        partial_reduce: extra partial aggregation before shuffles (not applied to queries
+            with GROUPING SETS, ROLLUP or CUBE, whose answers it would change).
         worker_connection_buffer_budget_bytes: buffer per worker connection before pausing.
         dynamic_task_count: size stages at run time from sampled data.
         dynamic_bytes_per_partition: bytes per partition when ``dynamic_task_count`` is on.

@@ -3,15 +3,18 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
-    DistributedExec, NetworkBoundary, NetworkCoalesceExec, SessionStateBuilderExt, Stage,
+    DistributedConfig, DistributedExec, NetworkBoundary, NetworkCoalesceExec,
+    SessionStateBuilderExt, Stage,
 };
 
 /// Runs datafusion-distributed's planner over an existing physical plan. The task context
@@ -21,13 +24,38 @@ use datafusion_distributed::{
 /// run in this process; the user asked for workers, so it becomes one stage run by a worker.
 pub async fn distribute_plan(
     plan: Arc<dyn ExecutionPlan>,
-    state: SessionState,
+    mut state: SessionState,
 ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+    no_partial_reduce_of_grouping_sets(&plan, &mut state)?;
     let (distributed, task_ctx) = run_planner(Arc::clone(&plan), &state).await?;
     if distributed.is::<DistributedExec>() {
         return Ok((distributed, task_ctx));
     }
     Ok((single_remote_stage(plan)?, task_ctx))
+}
+
+/// Turns `partial_reduce` off for a plan that aggregates GROUPING SETS (ROLLUP, CUBE).
+/// datafusion-distributed 4.0.0's extra pass groups the partial rows by the sets again
+/// instead of by their columns and grouping id, and the answer changes (TPC-DS q5, q14, q18,
+/// q67, q70, q77, q80, q86 gave wrong rows). The rest of such a query is unaffected.
+fn no_partial_reduce_of_grouping_sets(
+    plan: &Arc<dyn ExecutionPlan>,
+    state: &mut SessionState,
+) -> Result<()> {
+    let options = state.config_mut().options_mut();
+    if !DistributedConfig::from_config_options(options)?.partial_reduce {
+        return Ok(());
+    }
+    let grouping_sets = plan.exists(|node| {
+        Ok(node
+            .downcast_ref::<AggregateExec>()
+            .is_some_and(|agg| agg.group_expr().has_grouping_set()))
+    })?;
+    if grouping_sets {
+        log::info!("partial_reduce is not applied to a query with GROUPING SETS / ROLLUP / CUBE");
+        DistributedConfig::from_config_options_mut(options)?.partial_reduce = false;
+    }
+    Ok(())
 }
 
 /// `plan` as one stage of one task, gathered by the coordinator. datafusion-distributed's
