@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import threading
 from pathlib import Path
 
@@ -339,3 +340,48 @@ def test_concurrent_queries_creating_views(tpch_dir: Path):
         th.join(timeout=120)
     assert not errors, errors
     assert len(results) == 4 and all(r == results[0] for r in results)
+
+
+@pytest.fixture(params=["embedded", "workers"])
+def one_file(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[SessionContext, DistributedContext]:
+    """A small CSV table (DataFusion scans it as one partition), split into tasks anyway."""
+    path = tmp_path / "small.csv"
+    rows = [f"{i},{(i * 7919) % 1000},{i % 5}" for i in range(400)]
+    path.write_text("id,v,g\n" + "\n".join(rows) + "\n")
+    ctx = SessionContext()
+    ctx.register_csv("small", str(path))
+    workers = request.getfixturevalue("cluster") if request.param == "workers" else None
+    split = DistributedConfig(file_scan_config_bytes_per_partition=1)
+    return ctx, DistributedContext(ctx, workers=workers, config=split)
+
+
+ONE_PARTITION_READERS = [
+    "SELECT count(*) AS n FROM (SELECT id FROM small LIMIT 7)",
+    "SELECT array_agg(v) AS a FROM (SELECT v FROM small ORDER BY v, id LIMIT 3)",
+    "SELECT id, v FROM small ORDER BY v DESC, id LIMIT 5",
+    "SELECT id, sum(v) OVER (PARTITION BY g ORDER BY id) AS s FROM small ORDER BY id LIMIT 9",
+    "SELECT g, count(*) AS n, sum(v) AS s FROM small GROUP BY g",
+]
+
+
+@pytest.mark.parametrize("sql", ONE_PARTITION_READERS)
+def test_a_one_partition_scan_split_into_tasks_keeps_its_limits_and_order(one_file, sql):
+    """DataFusion plans a one-partition scan without the merges several partitions need (a
+    LIMIT pushed into the scan, a sort or window right on it); split into tasks, each task
+    limited or sorted its own share (a LIMIT 1 gave one row per task)."""
+    ctx, dctx = one_file
+    split = dctx.explain("SELECT g, count(*) FROM small GROUP BY g")
+    assert re.search(r"\bt1:", split), f"the scan is not split:\n{split}"
+    assert_same(ctx, dctx, sql)
+    assert ran_on(dctx.sql(sql)) == "workers"
+
+
+def test_a_limit_pushed_into_a_split_scan_still_limits_the_result(one_file):
+    ctx, dctx = one_file
+    for n in (1, 3):
+        df = dctx.sql(f"SELECT id FROM small LIMIT {n}")
+        assert df.count() == n
+        assert len(df.to_pylist()) == n
+        assert is_distributed(dctx.explain(df))

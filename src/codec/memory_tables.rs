@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
@@ -26,16 +27,22 @@ fn splittable(plan: &Arc<dyn ExecutionPlan>) -> Option<&MemorySourceConfig> {
 pub fn desired_task_count(
     ev: DesiredTaskCountEvent,
 ) -> Option<Result<DesiredTaskCountEventResponse>> {
-    let mem = splittable(ev.plan)?;
+    let tasks = task_count(ev.plan, ev.session_config.options())?;
+    Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
+}
+
+/// The tasks a splittable memory scan wants: one partition per `file_scan_config_bytes_per_partition`
+/// of its batches' bytes (like a file scan), `target_partitions` partitions per task, and no
+/// more tasks than rows.
+pub fn task_count(plan: &Arc<dyn ExecutionPlan>, options: &ConfigOptions) -> Option<usize> {
+    let mem = splittable(plan)?;
     let bytes: usize = mem
         .partitions()
         .iter()
         .flatten()
         .map(|b| b.get_array_memory_size())
         .sum();
-    let per_partition = ev
-        .session_config
-        .options()
+    let per_partition = options
         .extensions
         .get::<DistributedConfig>()
         .map(|c| c.file_scan_config_bytes_per_partition)
@@ -47,11 +54,12 @@ pub fn desired_task_count(
         .flatten()
         .map(|b| b.num_rows())
         .sum::<usize>();
-    let tasks = bytes
-        .div_ceil(per_partition)
-        .div_ceil(ev.session_config.target_partitions().max(1))
-        .clamp(1, rows.max(1));
-    Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
+    Some(
+        bytes
+            .div_ceil(per_partition)
+            .div_ceil(options.execution.target_partitions.max(1))
+            .clamp(1, rows.max(1)),
+    )
 }
 
 /// Deals `batches` round-robin into `groups` groups of about equal rows, slicing big batches

@@ -1,6 +1,7 @@
 //! Rewrites applied to every plan decoded from datafusion-python before it is distributed:
 //! repairs of what DataFusion 55's serialisation loses, filters that must reach scans in
-//! other stages, and cancellation points.
+//! other stages, merges a one-partition scan needs once split into tasks, and cancellation
+//! points.
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
@@ -12,6 +13,7 @@ use datafusion::physical_plan::ExecutionPlan;
 mod cooperative;
 mod generate_series;
 mod lost_in_transit;
+mod one_partition_scans;
 mod scan_filters;
 mod window_sorts;
 
@@ -25,6 +27,7 @@ pub fn prepare(
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
     let plan = scan_filters::filter_scans_across_stages(plan, config)?;
+    let plan = one_partition_scans::merge_split_scans(plan, config)?;
     cooperative::yield_after_amplifiers(plan)
 }
 
