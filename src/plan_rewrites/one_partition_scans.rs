@@ -135,14 +135,18 @@ fn merged(scan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     }
 }
 
-/// Whether the distributed planner will give `scan` more than one task: the rule of
-/// datafusion-distributed's file scans (and ours for memory scans), before the cap by workers.
+/// Whether the distributed planner may give `scan` more than one task: the rule of
+/// datafusion-distributed's file scans (and ours for memory scans), before the cap by workers;
+/// with `dynamic_task_count`, any scan may be.
 fn split_into_tasks(scan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bool {
     let Some(d_cfg) = config.extensions.get::<DistributedConfig>() else {
         return false;
     };
     if d_cfg.max_tasks_per_stage == 1 {
         return false;
+    }
+    if d_cfg.dynamic_task_count {
+        return true; // sized while it runs, from what it reads: it may be split
     }
     let tasks = match file_scan(scan) {
         Some(files) => {
