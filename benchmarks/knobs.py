@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-from datafusion import SessionConfig, SessionContext
+from datafusion import SessionContext
 
 from datafusion_distributed_py import (
     DistributedConfig,
@@ -60,12 +60,7 @@ def tpch_set() -> DataSet:
 
 def tpcds_set() -> DataSet:
     data = tpcds.generate(DATA / "tpcds-sf0.1", 0.1)
-    config = (
-        SessionConfig()
-        .set("datafusion.optimizer.hash_join_single_partition_threshold_rows", "10000")
-        .set("datafusion.optimizer.hash_join_single_partition_threshold", "100000")
-    )
-    ctx = SessionContext(config)
+    ctx = SessionContext(tpcds.partitioned_joins())
     tpcds.register(ctx, data)
     return ctx, [(f"q{n}", tpcds.query(data, n)) for n in tpcds.QUERIES]
 

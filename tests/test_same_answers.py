@@ -18,6 +18,7 @@ from datafusion.user_defined import WindowEvaluator
 from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
+    LocalCluster,
     UnsupportedTableError,
     ran_on,
 )
@@ -56,9 +57,14 @@ def session() -> SessionContext:
 
 
 @pytest.fixture(params=["embedded", "workers"])
-def both(request: pytest.FixtureRequest) -> tuple[SessionContext, DistributedContext]:
+def workers(request: pytest.FixtureRequest) -> LocalCluster | None:
+    """Where a test's queries run: the embedded cluster (None) or worker processes."""
+    return request.getfixturevalue("cluster") if request.param == "workers" else None
+
+
+@pytest.fixture
+def both(workers: LocalCluster | None) -> tuple[SessionContext, DistributedContext]:
     ctx = session()
-    workers = request.getfixturevalue("cluster") if request.param == "workers" else None
     return ctx, DistributedContext(ctx, workers=workers)
 
 
@@ -129,19 +135,19 @@ PARTIAL_REDUCE = DistributedConfig(file_scan_config_bytes_per_partition=1, parti
 
 
 @pytest.mark.parametrize("sql", GROUPING_SETS[1:])  # the first runs single-node (its own test)
-def test_grouping_sets_with_partial_reduce(both, sql):
+def test_grouping_sets_with_partial_reduce(workers, sql):
     """datafusion-distributed's partial reduce regroups ROLLUP rows by the sets again (wrong
     sums and counts): such a query is planned without it."""
-    ctx, plain = both
-    dctx = DistributedContext(ctx, workers=plain._workers, config=PARTIAL_REDUCE)
+    ctx = session()
+    dctx = DistributedContext(ctx, workers=workers, config=PARTIAL_REDUCE)
     assert_same(ctx, dctx, sql)
     plan = dctx.explain(sql)
     assert is_distributed(plan) and "PartialReduce" not in plan, plan
 
 
-def test_partial_reduce_still_applies_without_grouping_sets(both):
-    ctx, plain = both
-    dctx = DistributedContext(ctx, workers=plain._workers, config=PARTIAL_REDUCE)
+def test_partial_reduce_still_applies_without_grouping_sets(workers):
+    ctx = session()
+    dctx = DistributedContext(ctx, workers=workers, config=PARTIAL_REDUCE)
     sql = "SELECT c1, count(*) AS n, sum(a) AS s FROM t GROUP BY c1"
     assert "PartialReduce" in dctx.explain(sql)
     assert_same(ctx, dctx, sql)
@@ -342,9 +348,9 @@ def test_concurrent_queries_creating_views(tpch_dir: Path):
     assert len(results) == 4 and all(r == results[0] for r in results)
 
 
-@pytest.fixture(params=["embedded", "workers"])
+@pytest.fixture
 def one_file(
-    request: pytest.FixtureRequest, tmp_path: Path
+    workers: LocalCluster | None, tmp_path: Path
 ) -> tuple[SessionContext, DistributedContext]:
     """A small CSV table (DataFusion scans it as one partition), split into tasks anyway."""
     path = tmp_path / "small.csv"
@@ -352,7 +358,6 @@ def one_file(
     path.write_text("id,v,g\n" + "\n".join(rows) + "\n")
     ctx = SessionContext()
     ctx.register_csv("small", str(path))
-    workers = request.getfixturevalue("cluster") if request.param == "workers" else None
     split = DistributedConfig(file_scan_config_bytes_per_partition=1)
     return ctx, DistributedContext(ctx, workers=workers, config=split)
 

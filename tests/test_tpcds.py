@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from datafusion import SessionConfig, SessionContext
+from datafusion import SessionContext
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on, tpcds
 from datafusion_distributed_py.differential import compare
@@ -62,12 +62,7 @@ def partitioned_joins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Session
     so that a collected selective join sits above a shuffle, as at SF 1."""
     pytest.importorskip("duckdb_extensions")
     data = tpcds.generate(tmp_path_factory.mktemp("tpcds01"), scale_factor=0.1)
-    config = (
-        SessionConfig()
-        .set("datafusion.optimizer.hash_join_single_partition_threshold_rows", "10000")
-        .set("datafusion.optimizer.hash_join_single_partition_threshold", "100000")
-    )
-    ctx = SessionContext(config)
+    ctx = SessionContext(tpcds.partitioned_joins())
     tpcds.register(ctx, data)
     return ctx, data
 

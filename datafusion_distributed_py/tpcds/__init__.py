@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from datafusion import SessionContext
+from datafusion import SessionConfig, SessionContext
 
 TABLES = (
     "call_center", "catalog_page", "catalog_returns", "catalog_sales", "customer",
@@ -66,6 +66,26 @@ def query(data_dir: str | os.PathLike[str], n: int) -> str:
         raise ValueError(f"TPC-DS has queries 1..99, not {n}")
     queries = json.loads((Path(data_dir) / "queries.json").read_text())
     return str(queries[str(n)])
+
+
+def partitioned_joins(build_rows: int = 10_000) -> SessionConfig:
+    """Settings under which a join whose build side has more than ``build_rows`` rows (or
+    10 bytes a row of them) is partitioned, its probe side shuffled, instead of collected. At
+    SF 0.1 this puts selective collected joins above shuffles, as they are at SF 1 (at small
+    scales every join is collected).
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> ctx = SessionContext(partitioned_joins().with_information_schema(True))
+        >>> show = "SHOW datafusion.optimizer.hash_join_single_partition_threshold_rows"
+        >>> ctx.sql(show).to_pylist()[0]["value"]
+        '10000'
+    """
+    return (
+        SessionConfig()
+        .set("datafusion.optimizer.hash_join_single_partition_threshold_rows", str(build_rows))
+        .set("datafusion.optimizer.hash_join_single_partition_threshold", str(10 * build_rows))
+    )
 
 
 def register(ctx: SessionContext, data_dir: str | os.PathLike[str]) -> None:

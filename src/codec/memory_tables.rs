@@ -31,35 +31,28 @@ pub fn desired_task_count(
     Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
 }
 
-/// The tasks a splittable memory scan wants: one partition per `file_scan_config_bytes_per_partition`
-/// of its batches' bytes (like a file scan), `target_partitions` partitions per task, and no
-/// more tasks than rows.
+/// The tasks a splittable memory scan wants: those of a file scan of its batches' bytes, and
+/// no more tasks than rows.
 pub fn task_count(plan: &Arc<dyn ExecutionPlan>, options: &ConfigOptions) -> Option<usize> {
     let mem = splittable(plan)?;
-    let bytes: usize = mem
-        .partitions()
-        .iter()
-        .flatten()
-        .map(|b| b.get_array_memory_size())
-        .sum();
+    let batches = || mem.partitions().iter().flatten();
+    let bytes: usize = batches().map(|b| b.get_array_memory_size()).sum();
+    let rows: usize = batches().map(|b| b.num_rows()).sum();
+    Some(tasks_for_bytes(bytes, options).clamp(1, rows.max(1)))
+}
+
+/// The tasks a scan of `bytes` gets, as datafusion-distributed sizes file scans: one partition
+/// per `file_scan_config_bytes_per_partition`, `target_partitions` partitions per task.
+pub fn tasks_for_bytes(bytes: usize, options: &ConfigOptions) -> usize {
     let per_partition = options
         .extensions
         .get::<DistributedConfig>()
         .map(|c| c.file_scan_config_bytes_per_partition)
         .unwrap_or(16 * 1024 * 1024)
         .max(1);
-    let rows = mem
-        .partitions()
-        .iter()
-        .flatten()
-        .map(|b| b.num_rows())
-        .sum::<usize>();
-    Some(
-        bytes
-            .div_ceil(per_partition)
-            .div_ceil(options.execution.target_partitions.max(1))
-            .clamp(1, rows.max(1)),
-    )
+    bytes
+        .div_ceil(per_partition)
+        .div_ceil(options.execution.target_partitions.max(1))
 }
 
 /// Deals `batches` round-robin into `groups` groups of about equal rows, slicing big batches

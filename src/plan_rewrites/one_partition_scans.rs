@@ -156,9 +156,7 @@ fn split_into_tasks(scan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bo
                 .flat_map(|group| group.files())
                 .map(|file| file.effective_size())
                 .sum();
-            (bytes as usize)
-                .div_ceil(d_cfg.file_scan_config_bytes_per_partition.max(1))
-                .div_ceil(config.execution.target_partitions.max(1))
+            memory_tables::tasks_for_bytes(bytes as usize, config)
         }
         None => memory_tables::task_count(scan, config).unwrap_or(1),
     };
