@@ -12,12 +12,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import SPLIT_CONFIG, assert_same_rows, free_ports
-from datafusion import SessionContext, udf
+from datafusion import DataFrame, SessionContext, udf
 
 from datafusion_distributed_py import (
     DistributedConfig,
@@ -123,6 +126,75 @@ def test_without_retries_a_killed_worker_is_a_worker_error_naming_it(tpch_dir):
         assert text.startswith(f"worker {url} died"), text
         for noise in ("FFI error", "External error", "h2 protocol", "tonic"):
             assert noise not in text
+
+
+FROZEN_JOIN = "SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k"
+
+
+@dataclass
+class FrozenRun:
+    """A query planned on two workers, the second frozen before it runs."""
+
+    ctx: SessionContext
+    dctx: DistributedContext
+    df: DataFrame
+    pid: int
+    url: str
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def frozen_once_planned(tmp_path: Path, max_retries: int) -> Iterator[FrozenRun]:
+    """FROZEN_JOIN planned on two workers, the second then frozen (SIGSTOP: alive, its socket
+    open, no answer, as behind a network cut) before the query runs, so no batch can reach the
+    caller before keep-alive finds the freeze. The worker is thawed afterwards."""
+    for i in range(4):
+        pq.write_table(pa.table({"k": [j % 10 for j in range(5_000)]}), tmp_path / f"{i}.parquet")
+    ctx = SessionContext()
+    ctx.register_parquet("t", str(tmp_path) + "/")
+    with LocalCluster(2) as cluster:
+        # One task per file: both workers hold tasks of every stage that scans.
+        config = DistributedConfig(file_scan_config_bytes_per_partition=1, max_retries=max_retries)
+        dctx = DistributedContext(ctx, workers=cluster, config=config)
+        run = FrozenRun(ctx, dctx, dctx.sql(FROZEN_JOIN), cluster.processes[1].pid, cluster.urls[1])
+        os.kill(run.pid, signal.SIGSTOP)
+        try:
+            yield run
+        finally:
+            run.thaw()
+
+
+def test_a_frozen_worker_costs_a_retry(tmp_path, caplog):
+    """Keep-alive pings find the frozen worker; the query runs again on the one left."""
+    with frozen_once_planned(tmp_path, max_retries=1) as run:
+        start = time.monotonic()
+        with caplog.at_level(logging.WARNING):
+            got = run.df.to_arrow_table()
+        assert time.monotonic() - start < 60
+        assert_same_rows(got, run.ctx.sql(FROZEN_JOIN).to_arrow_table(), ordered=False)
+        assert f"worker {run.url} stopped answering" in caplog.text
+        assert "running the query again" in caplog.text
+        metrics = run.dctx.metrics(run.df)
+        assert {m["attempt"] for m in metrics} == {1, 2}
+        assert run.url not in {m["worker_url"] for m in metrics if m["attempt"] == 2}
+
+
+def test_without_retries_a_frozen_worker_is_a_worker_error_naming_it(tmp_path):
+    """No hang: the query fails within keep-alive's 20 s (plus its 5 s interval), naming the
+    frozen worker, and the next query works once the worker answers again."""
+    with frozen_once_planned(tmp_path, max_retries=0) as run:
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as e:
+            run.df.collect()
+        assert time.monotonic() - start < 45
+        assert e.value.worker_url == run.url
+        assert str(e.value).startswith(f"worker {run.url} stopped answering"), str(e.value)
+        run.thaw()
+        sql = "SELECT k, count(*) AS n FROM t GROUP BY k"
+        got = run.dctx.sql(sql).to_arrow_table()
+        assert_same_rows(got, run.ctx.sql(sql).to_arrow_table(), ordered=False)
 
 
 def test_writes_are_never_run_twice(tpch_dir, tmp_path):
