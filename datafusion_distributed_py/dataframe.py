@@ -10,6 +10,7 @@ wrapped on the instance, to keep two things the plain class cannot:
   raised on a worker crosses two FFI boundaries and arrives as ``FFI error: External error:
   ...``; it is re-raised with the same type and single-node's message, the worker appended.
   A failure of a worker itself is raised as :class:`WorkerError` with ``.worker_url``;
+  likewise while iterating ``execute_stream()`` or ``for batch in df``;
 * **no second planning** — a frame as returned, with nothing added to it in Python, reads
   its result straight from the core (Arrow C streams) for ``collect``, ``to_arrow_table``,
   ``to_pandas``, ``count``...: the same run and rows as reading it through datafusion-python,
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from datafusion import DataFrame
+from datafusion import DataFrame, RecordBatch
+from datafusion.record_batch import RecordBatchStream
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.errors import WorkerError
@@ -83,6 +85,43 @@ def translate(err: Exception) -> Exception | None:
         return None
 
 
+class TranslatedStream(RecordBatchStream):
+    """A ``RecordBatchStream`` (``execute_stream``, ``for batch in df``) whose errors are
+    raised as :func:`translate` gives them: a lost worker mid-stream is a
+    :class:`WorkerError`, as it is from ``collect``."""
+
+    def __next__(self) -> RecordBatch:
+        try:
+            return super().__next__()
+        except StopIteration:
+            raise
+        except Exception as e:
+            clean = translate(e)
+            if clean is None:
+                raise
+            raise clean from None
+
+    async def __anext__(self) -> RecordBatch:
+        try:
+            return await super().__anext__()
+        except StopAsyncIteration:
+            raise
+        except Exception as e:
+            clean = translate(e)
+            if clean is None:
+                raise
+            raise clean from None
+
+
+def _streams_translated(out: Any) -> Any:
+    """``out`` with each ``RecordBatchStream`` in it made a :class:`TranslatedStream`."""
+    if isinstance(out, RecordBatchStream):
+        return TranslatedStream(out.rbs)
+    if isinstance(out, list) and out and all(isinstance(s, RecordBatchStream) for s in out):
+        return [TranslatedStream(s.rbs) for s in out]
+    return out
+
+
 def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` with errors translated and the DataFrames it returns kept distributed
     (made once per method; :func:`distributed_frame` binds it to each frame)."""
@@ -126,7 +165,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             MONITOR.end(record, _rows(out), None)
         if isinstance(out, DataFrame):
             return distributed_frame(out, source, feed)
-        return out
+        return _streams_translated(out)
 
     return wrapper
 

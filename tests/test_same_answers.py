@@ -7,12 +7,13 @@ import gc
 import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from datafusion import SessionContext, udf, udwf
+from datafusion import DataFrame, SessionContext, udf, udwf
 from datafusion.user_defined import WindowEvaluator
 
 from datafusion_distributed_py import (
@@ -280,13 +281,23 @@ def test_fallback_error_keeps_the_strict_refusal():
     assert dctx.sql(WINDOW_MODIFIERS[0]).count() == 6
 
 
-def test_errors_read_as_single_node(both):
+#: Ways to read a result: all at once, or batch by batch as a stream.
+READS: dict[str, Callable[[DataFrame], object]] = {
+    "collect": lambda df: df.collect(),
+    "iterate": lambda df: list(df),
+    "execute_stream": lambda df: list(df.execute_stream()),
+    "partitioned": lambda df: [list(s) for s in df.execute_stream_partitioned()],
+}
+
+
+@pytest.mark.parametrize("read", READS)
+def test_errors_read_as_single_node(both, read):
     ctx, dctx = both
     for sql in ["SELECT cast(x AS int) FROM t", "SELECT 1 / (id - id) FROM t"]:
         with pytest.raises(Exception) as single:
-            ctx.sql(sql).collect()
+            READS[read](ctx.sql(sql))
         with pytest.raises(Exception) as distributed:
-            dctx.sql(sql).collect()
+            READS[read](dctx.sql(sql))
         assert type(distributed.value) is type(single.value)
         text = str(distributed.value)
         assert text.startswith(str(single.value)), (text, str(single.value))
