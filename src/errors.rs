@@ -12,6 +12,9 @@ pub struct WorkerFailure {
     /// The worker died, froze or cannot be reached (as opposed to refusing us: credentials,
     /// version, TLS settings): the query may be re-planned on the others.
     pub lost: bool,
+    /// What happened to another worker, when this one only lost its connection to it (which
+    /// one is not said: the coordinator finds it).
+    pub peer: Option<String>,
 }
 
 impl fmt::Display for WorkerFailure {
@@ -32,6 +35,7 @@ pub fn worker_failure(msg: String) -> DataFusionError {
         message: msg,
         worker,
         lost: false,
+        peer: None,
     }))
 }
 
@@ -41,6 +45,7 @@ pub fn worker_lost(worker: &str, what: String) -> DataFusionError {
         message: format!("worker {worker} {what}"),
         worker: Some(worker.to_string()),
         lost: true,
+        peer: None,
     }))
 }
 
@@ -210,15 +215,12 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
     }
     let text = err.find_root().to_string();
     if BROKEN_CONNECTION.iter().any(|w| text.contains(w)) {
+        let what = what_happened(err.find_root());
         return DataFusionError::External(Box::new(WorkerFailure {
-            message: format!(
-                "worker {worker} lost its connection to another worker ({})",
-                what_happened(err.find_root())
-                    .trim_start_matches("died ")
-                    .trim_start_matches("failed ")
-            ),
+            message: format!("worker {worker} lost its connection to another worker, which {what}"),
             worker: Some(worker.to_string()),
             lost: true,
+            peer: Some(what),
         }));
     }
     DataFusionError::External(Box::new(RaisedOnWorker {

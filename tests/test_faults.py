@@ -129,11 +129,14 @@ def test_without_retries_a_killed_worker_is_a_worker_error_naming_it(tpch_dir):
 
 
 FROZEN_JOIN = "SELECT a.k, count(*) AS n FROM t a JOIN t b ON a.k = b.k GROUP BY a.k"
+#: Tens of millions of rows, streamed for seconds: batches arrive while tasks still run.
+FROZEN_STREAM = "SELECT a.k, b.k AS j FROM t a JOIN t b ON a.k = b.k"
 
 
 @dataclass
 class FrozenRun:
-    """A query planned on two workers, the second frozen before it runs."""
+    """A query planned on two workers, the second one to freeze (SIGSTOP: alive, its socket
+    open, no answer, as behind a network cut)."""
 
     ctx: SessionContext
     dctx: DistributedContext
@@ -141,25 +144,26 @@ class FrozenRun:
     pid: int
     url: str
 
+    def freeze(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
     def thaw(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
-def frozen_once_planned(tmp_path: Path, max_retries: int) -> Iterator[FrozenRun]:
-    """FROZEN_JOIN planned on two workers, the second then frozen (SIGSTOP: alive, its socket
-    open, no answer, as behind a network cut) before the query runs, so no batch can reach the
-    caller before keep-alive finds the freeze. The worker is thawed afterwards."""
+def one_worker_to_freeze(tmp_path: Path, sql: str, max_retries: int) -> Iterator[FrozenRun]:
+    """``sql`` planned on two workers, each holding tasks of every stage that scans; the
+    second worker is thawed afterwards, whatever the test did to it."""
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(5_000)]}), tmp_path / f"{i}.parquet")
     ctx = SessionContext()
     ctx.register_parquet("t", str(tmp_path) + "/")
     with LocalCluster(2) as cluster:
-        # One task per file: both workers hold tasks of every stage that scans.
+        # One task per file: both workers scan.
         config = DistributedConfig(file_scan_config_bytes_per_partition=1, max_retries=max_retries)
         dctx = DistributedContext(ctx, workers=cluster, config=config)
-        run = FrozenRun(ctx, dctx, dctx.sql(FROZEN_JOIN), cluster.processes[1].pid, cluster.urls[1])
-        os.kill(run.pid, signal.SIGSTOP)
+        run = FrozenRun(ctx, dctx, dctx.sql(sql), cluster.processes[1].pid, cluster.urls[1])
         try:
             yield run
         finally:
@@ -167,8 +171,10 @@ def frozen_once_planned(tmp_path: Path, max_retries: int) -> Iterator[FrozenRun]
 
 
 def test_a_frozen_worker_costs_a_retry(tmp_path, caplog):
-    """Keep-alive pings find the frozen worker; the query runs again on the one left."""
-    with frozen_once_planned(tmp_path, max_retries=1) as run:
+    """Frozen before any batch reached us: keep-alive pings find it, and the query runs again
+    on the worker left."""
+    with one_worker_to_freeze(tmp_path, FROZEN_JOIN, max_retries=1) as run:
+        run.freeze()
         start = time.monotonic()
         with caplog.at_level(logging.WARNING):
             got = run.df.to_arrow_table()
@@ -184,7 +190,8 @@ def test_a_frozen_worker_costs_a_retry(tmp_path, caplog):
 def test_without_retries_a_frozen_worker_is_a_worker_error_naming_it(tmp_path):
     """No hang: the query fails within keep-alive's 20 s (plus its 5 s interval), naming the
     frozen worker, and the next query works once the worker answers again."""
-    with frozen_once_planned(tmp_path, max_retries=0) as run:
+    with one_worker_to_freeze(tmp_path, FROZEN_JOIN, max_retries=0) as run:
+        run.freeze()
         start = time.monotonic()
         with pytest.raises(WorkerError) as e:
             run.df.collect()
@@ -195,6 +202,22 @@ def test_without_retries_a_frozen_worker_is_a_worker_error_naming_it(tmp_path):
         sql = "SELECT k, count(*) AS n FROM t GROUP BY k"
         got = run.dctx.sql(sql).to_arrow_table()
         assert_same_rows(got, run.ctx.sql(sql).to_arrow_table(), ordered=False)
+
+
+def test_a_worker_frozen_mid_stream_is_named_as_frozen(tmp_path):
+    """Once batches have reached us there is no retry: the stream fails naming the frozen
+    worker as having stopped answering (its broken streams alone read as a crash)."""
+    with one_worker_to_freeze(tmp_path, FROZEN_STREAM, max_retries=1) as run:
+        stream = run.df.execute_stream()
+        next(stream)
+        run.freeze()
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as e:
+            for _ in stream:
+                pass
+        assert time.monotonic() - start < 45
+        assert e.value.worker_url == run.url
+        assert str(e.value).startswith(f"worker {run.url} stopped answering"), str(e.value)
 
 
 def test_writes_are_never_run_twice(tpch_dir, tmp_path):

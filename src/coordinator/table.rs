@@ -96,12 +96,27 @@ impl Query {
         let Some(lost) = as_worker_failure(&found).and_then(|f| f.worker.clone()) else {
             return err;
         };
+        let probe = &as_worker_failure(&found).expect("found above").message;
+        // "worker <url> <what>": what the probe found now.
+        let probed = probe.splitn(3, ' ').nth(2).unwrap_or("unreachable");
+        // A broken stream reads the same whether its worker died or froze (h2 ends them
+        // alike); a probe that gets no answer at all tells the frozen one.
+        let froze = probed.starts_with("stopped answering");
         if failure.worker.as_deref() == Some(lost.as_str()) {
+            if froze && !failure.message.contains("stopped answering") {
+                return worker_lost(&lost, probed.to_string());
+            }
             return err;
         }
-        // It died mid-query; the probe only found it gone: say it as what happened.
-        let message = &as_worker_failure(&found).expect("found above").message;
-        let cause = message
+        if froze {
+            return worker_lost(&lost, probed.to_string());
+        }
+        // Say what its peer saw happen to it; else it died mid-query and the probe only found
+        // it gone.
+        if let Some(what) = &failure.peer {
+            return worker_lost(&lost, what.clone());
+        }
+        let cause = probed
             .split_once(" (")
             .map(|(_, c)| c.trim_end_matches(')'))
             .unwrap_or("unreachable");
