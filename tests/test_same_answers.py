@@ -3,6 +3,7 @@ with single-node ``datafusion`` on the embedded cluster and on worker processes.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import re
@@ -287,7 +288,12 @@ READS: dict[str, Callable[[DataFrame], object]] = {
     "iterate": lambda df: list(df),
     "execute_stream": lambda df: list(df.execute_stream()),
     "partitioned": lambda df: [list(s) for s in df.execute_stream_partitioned()],
+    "async_iterate": lambda df: asyncio.run(_drain(df)),
 }
+
+
+async def _drain(df: DataFrame) -> list[object]:
+    return [batch async for batch in df]
 
 
 @pytest.mark.parametrize("read", READS)
