@@ -12,9 +12,6 @@ pub struct WorkerFailure {
     /// The worker died, froze or cannot be reached (as opposed to refusing us: credentials,
     /// version, TLS settings): the query may be re-planned on the others.
     pub lost: bool,
-    /// What happened to another worker, when this one only lost its connection to it (which
-    /// one is not said: the coordinator finds it).
-    pub peer: Option<String>,
 }
 
 impl fmt::Display for WorkerFailure {
@@ -35,7 +32,6 @@ pub fn worker_failure(msg: String) -> DataFusionError {
         message: msg,
         worker,
         lost: false,
-        peer: None,
     }))
 }
 
@@ -45,7 +41,6 @@ pub fn worker_lost(worker: &str, what: String) -> DataFusionError {
         message: format!("worker {worker} {what}"),
         worker: Some(worker.to_string()),
         lost: true,
-        peer: None,
     }))
 }
 
@@ -220,7 +215,6 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
             message: format!("worker {worker} lost its connection to another worker, which {what}"),
             worker: Some(worker.to_string()),
             lost: true,
-            peer: Some(what),
         }));
     }
     DataFusionError::External(Box::new(RaisedOnWorker {

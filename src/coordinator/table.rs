@@ -111,11 +111,7 @@ impl Query {
         if froze {
             return worker_lost(&lost, probed.to_string());
         }
-        // Say what its peer saw happen to it; else it died mid-query and the probe only found
-        // it gone.
-        if let Some(what) = &failure.peer {
-            return worker_lost(&lost, what.clone());
-        }
+        // It died mid-query; the probe only found it gone: say it as what happened.
         let cause = probed
             .split_once(" (")
             .map(|(_, c)| c.trim_end_matches(')'))
