@@ -85,32 +85,31 @@ def translate(err: Exception) -> Exception | None:
         return None
 
 
+class _AsSingleNode:
+    """A ``with`` block whose exceptions leave it as :func:`translate` gives them (others,
+    such as the end of an iteration, as they are)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, err: BaseException | None, tb: object) -> None:
+        clean = translate(err) if isinstance(err, Exception) else None
+        if clean is not None:
+            raise clean from None
+
+
 class TranslatedStream(RecordBatchStream):
     """A ``RecordBatchStream`` (``execute_stream``, ``for batch in df``) whose errors are
     raised as :func:`translate` gives them: a lost worker mid-stream is a
     :class:`WorkerError`, as it is from ``collect``."""
 
     def __next__(self) -> RecordBatch:
-        try:
+        with _AsSingleNode():
             return super().__next__()
-        except StopIteration:
-            raise
-        except Exception as e:
-            clean = translate(e)
-            if clean is None:
-                raise
-            raise clean from None
 
     async def __anext__(self) -> RecordBatch:
-        try:
+        with _AsSingleNode():
             return await super().__anext__()
-        except StopAsyncIteration:
-            raise
-        except Exception as e:
-            clean = translate(e)
-            if clean is None:
-                raise
-            raise clean from None
 
 
 def _streams_translated(out: Any) -> Any:

@@ -93,10 +93,11 @@ impl Query {
         let (Some(found), Some(failure)) = (found, as_worker_failure(&err)) else {
             return err;
         };
-        let Some(lost) = as_worker_failure(&found).and_then(|f| f.worker.clone()) else {
+        let Some((lost, probe)) =
+            as_worker_failure(&found).and_then(|f| Some((f.worker.clone()?, f.message.as_str())))
+        else {
             return err;
         };
-        let probe = &as_worker_failure(&found).expect("found above").message;
         // "worker <url> <what>": what the probe found now.
         let probed = probe.splitn(3, ' ').nth(2).unwrap_or("unreachable");
         // A broken stream reads the same whether its worker died or froze (h2 ends them
