@@ -113,10 +113,12 @@ impl Query {
             return worker_lost(&lost, probed.to_string());
         }
         // It died mid-query; the probe only found it gone: say it as what happened.
+        // The probe's own cause only: a hint after it (TLS settings) is for a worker never
+        // reached, not for one that was serving this query.
         let cause = probed
             .split_once(" (")
-            .map(|(_, c)| c.trim_end_matches(')'))
-            .unwrap_or("unreachable");
+            .and_then(|(_, c)| c.split_once(')'))
+            .map_or("unreachable", |(c, _)| c);
         worker_lost(&lost, format!("died ({cause})"))
     }
 

@@ -139,6 +139,8 @@ fn plain_cause(cause: &str) -> String {
         "connection refused".into()
     } else if said(&["ConnectionReset", "connection reset", "Connection reset"]) {
         "connection reset".into()
+    } else if said(&["BrokenPipe", "broken pipe", "connection closed"]) {
+        "connection closed".into()
     } else if said(&["timed out", "TimedOut", "Elapsed", "deadline has elapsed"]) {
         "connection timed out".into()
     } else if said(&["dns error", "failed to lookup", "Name or service not known"]) {
@@ -192,4 +194,25 @@ fn with_causes(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::as_worker_failure;
+
+    #[test]
+    fn a_connection_closed_while_connecting_reads_in_plain_words() {
+        // What a worker killed a moment before the coordinator probed it gave.
+        let cause = "transport error: error trying to connect, source: tonic::transport::Error(\
+                     Transport, hyper::Error(Io, Custom { kind: BrokenPipe, error: \"stream \
+                     closed because of a broken pipe\" }))";
+        let err = unreachable(&Url::parse("http://127.0.0.1:1").unwrap(), cause);
+        let text = &as_worker_failure(&err).unwrap().message;
+        assert!(
+            text.contains("is unreachable (connection closed)"),
+            "{text}"
+        );
+        assert!(!text.contains("tonic"), "{text}");
+    }
 }
