@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
@@ -17,7 +18,13 @@ from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dashboard import Dashboard
-from datafusion_distributed_py.dataframe import Fallback, Source, distributed_frame, source_of
+from datafusion_distributed_py.dataframe import (
+    Fallback,
+    Origin,
+    Source,
+    distributed_frame,
+    source_of,
+)
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.monitor import MONITOR, Feed
 from datafusion_distributed_py.progress import ProgressCallback
@@ -98,6 +105,24 @@ _EXPLAIN = re.compile(
 def default_worker_count() -> int:
     """Workers of the embedded cluster: one per CPU, at least 2."""
     return max(2, os.cpu_count() or 2)
+
+
+def _frame_maker(name: str) -> Callable[..., DataFrame]:
+    """A method of :class:`DistributedContext` that makes a frame as ``SessionContext.<name>``
+    does (same signature, which ``inspect.signature`` shows), distributed."""
+    plain = getattr(SessionContext, name)
+
+    @functools.wraps(plain)
+    def method(self: DistributedContext, *args: Any, **kwargs: Any) -> DataFrame:
+        return self._made(name, *args, **kwargs)
+
+    method.__qualname__ = f"DistributedContext.{name}"
+    # Not datafusion's docstring: its examples are datafusion's, not ours to run.
+    method.__doc__ = (
+        f"``ctx.{name}(...)`` with the same arguments and defaults, the frame distributed "
+        f"(see ``datafusion.SessionContext.{name}``); see :meth:`DistributedContext.table`."
+    )
+    return method
 
 
 class DistributedContext:
@@ -215,13 +240,59 @@ class DistributedContext:
         return self._distribute(df, _describe(df))
 
     def _distribute(self, df: DataFrame, sql: str) -> DataFrame:
+        """``df`` (single-node, built on ``ctx``) planned distributed; it stays the twin that
+        the DataFrame-API steps of the returned frame apply to."""
+        if source_of(df) is not None:
+            return df
         feed = Feed(sql, (self, self._workers), self._progress)
         source = self._source(df, feed)
         if isinstance(source, Fallback):
             # A frame of its own: the caller's df stays as it was.
             own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-            return distributed_frame(own, source, feed)
-        return distributed_frame(self._ctx.read_table(source), source, feed, root=True)
+            return distributed_frame(own, Origin(source, df, feed, self._distribute, False))
+        origin = Origin(source, df, feed, self._distribute, True)
+        return distributed_frame(self._ctx.read_table(source), origin)
+
+    # -- frames made as a SessionContext makes them ---------------------------------------
+    # Each delegates to ``ctx`` (so registrations land there) and distributes the frame.
+
+    def table(self, name: str) -> DataFrame:
+        """``ctx.table(name)``, distributed: a port changes ``ctx.`` to ``dctx.`` where frames
+        are made, and every step after runs on the workers.
+
+        Example:
+            >>> from datafusion import SessionContext, col
+            >>> ctx = SessionContext()
+            >>> _ = ctx.from_pydict({"k": [1, 2, 2]}, name="t")
+            >>> dctx = DistributedContext(ctx)
+            >>> dctx.table("t").filter(col("k") > 1).count()
+            2
+        """
+        return self._made("table", name)
+
+    read_parquet = _frame_maker("read_parquet")
+    read_csv = _frame_maker("read_csv")
+    read_json = _frame_maker("read_json")
+    read_avro = _frame_maker("read_avro")
+    read_arrow = _frame_maker("read_arrow")
+    read_table = _frame_maker("read_table")
+    read_batch = _frame_maker("read_batch")
+    read_batches = _frame_maker("read_batches")
+    read_empty = _frame_maker("read_empty")
+    empty_table = _frame_maker("empty_table")
+    from_pydict = _frame_maker("from_pydict")
+    from_pylist = _frame_maker("from_pylist")
+    from_arrow = _frame_maker("from_arrow")
+    from_pandas = _frame_maker("from_pandas")
+    from_polars = _frame_maker("from_polars")
+    create_dataframe = _frame_maker("create_dataframe")
+    create_dataframe_from_logical_plan = _frame_maker("create_dataframe_from_logical_plan")
+    execute_logical_plan = _frame_maker("execute_logical_plan")
+
+    def _made(self, maker: str, /, *args: Any, **kwargs: Any) -> DataFrame:
+        df = getattr(self._ctx, maker)(*args, **kwargs)
+        first = repr(args[0]) if args and isinstance(args[0], str) else "..."
+        return self._distribute(df, f"{maker}({first})")
 
     def explain(
         self,

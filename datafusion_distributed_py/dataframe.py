@@ -23,6 +23,7 @@ wrapped on the instance, to keep two things the plain class cannot:
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import types
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from typing import Any
 
 import pyarrow as pa
 from datafusion import DataFrame, RecordBatch
+from datafusion import functions as f
+from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
 from datafusion.record_batch import RecordBatchStream
 
 from datafusion_distributed_py import _internal
@@ -122,7 +125,7 @@ def _streams_translated(out: Any) -> Any:
 
 
 def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` with errors translated and the DataFrames it returns kept distributed
+    """``method`` run on the frame itself (what reads its result), with errors translated
     (made once per method; :func:`distributed_frame` binds it to each frame)."""
 
     # A write is never run twice: a lost worker then fails it instead of re-running it.
@@ -132,8 +135,9 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
-        source = df._dfdpy_source  # type: ignore[attr-defined]
-        feed: Feed | None = df._dfdpy_feed  # type: ignore[attr-defined]
+        origin = origin_of(df)
+        assert origin is not None
+        source, feed = origin.source, origin.feed
         plan = source if writes and isinstance(source, _internal.DistributedPlan) else None
         if plan is not None:
             plan.set_retries(False)
@@ -144,7 +148,11 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
             feed.current = record
         try:
-            if direct is not None and df._dfdpy_root and not args and not kwargs:  # type: ignore[attr-defined]
+            if (
+                direct is not None
+                and isinstance(source, _internal.DistributedPlan)
+                and (origin.root and not args and not kwargs)
+            ):
                 out = direct(df, source)
             else:
                 out = method(df, *args, **kwargs)
@@ -162,17 +170,79 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
                 feed.current = None
         if record is not None:
             MONITOR.end(record, _rows(out), None)
-        if isinstance(out, DataFrame):
-            return distributed_frame(out, source, feed)
+        if isinstance(out, DataFrame) and origin_of(out) is None:
+            # A frame the method made from this one's result (``describe``, ``cache``):
+            # distributed in its turn, so what is derived from it runs on the workers too.
+            return origin.distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
         return _streams_translated(out)
 
     return wrapper
 
 
-#: The methods that run the query (each run is a query of the monitor).
+def _step(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (a DataFrame-API step: ``filter``, ``aggregate``, ``join``...) applied to
+    the frame's single-node twin, with each distributed frame among its arguments replaced by
+    its own twin; the composed query is distributed as one (made once per method)."""
+
+    @functools.wraps(method)
+    def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+        return _derive(df, method.__name__, method, *args, **kwargs)
+
+    return wrapper
+
+
+def _derive(df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    origin = origin_of(df)
+    assert origin is not None
+    out = method(origin.twin, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
+    if out is origin.twin:  # a step that changes nothing (``fill_null(v, subset=[])``)
+        return df
+    if isinstance(out, DataFrameInternal):  # datafusion 55's select_exprs returns its core
+        out = DataFrame(out)
+    if not isinstance(out, DataFrame):  # expressions (``col``), plans, views
+        return out
+    with _AsSingleNode():
+        return origin.distribute(out, f"{_sql_of(origin)} \u2192 {name}()")
+
+
+def _count(df: DataFrame) -> int:
+    """Rows of the frame, planned as single-node plans ``count()`` (from statistics where
+    they answer, else partial counts on the workers): one row reaches the coordinator."""
+    origin = origin_of(df)
+    assert origin is not None
+    if isinstance(origin.source, Fallback):
+        return int(DataFrame.count(df))  # single-node, where its fallback said it runs
+    counted = _derive(df, "count", DataFrame.aggregate, [], [f.count().alias("count(*)")])
+    (row,) = counted.to_pylist()
+    return int(row["count(*)"])
+
+
+def _show(df: DataFrame, num: int = 20) -> None:
+    """As single-node's ``show``: the first ``num`` rows, the limit inside the distributed
+    plan so that the workers' scans stop early."""
+    limited = _STEPS["limit"](df, num)
+    with _AsSingleNode():
+        limited.df.show(num)
+
+
+def _tail(df: DataFrame, n: int = 5) -> DataFrame:
+    """As single-node's ``tail``: the count and the limit both distributed."""
+    return _STEPS["limit"](df, n, max(0, _count(df) - n))  # type: ignore[no-any-return]
+
+
+def _collect_column(df: DataFrame, column_name: str) -> Any:
+    """As single-node's ``collect_column``: only that column leaves the workers."""
+    selected = _STEPS["select"](df, column_name)
+    with _AsSingleNode():
+        return selected.df.collect_column(column_name)
+
+
+#: The methods that run the query (each run is a query of the monitor); ``count`` runs its
+#: counting frame, which records itself.
 _RUNS = frozenset({
     "collect", "collect_partitioned", "to_arrow_table", "to_pandas", "to_polars", "to_pylist",
-    "to_pydict", "show", "count", "write_parquet", "write_csv", "write_json", "write_table",
+    "to_pydict", "show", "write_parquet", "write_csv", "write_json", "write_table",
+    "collect_column", "write_parquet_with_options",
 })  # fmt: skip
 
 
@@ -228,24 +298,85 @@ _DIRECT: dict[str, Callable[[DataFrame, _internal.DistributedPlan], Any]] = {
     "to_pylist": lambda df, plan: _table(df, plan).to_pylist(),
     "to_pydict": lambda df, plan: _table(df, plan).to_pydict(),
     "to_polars": _polars,
-    "count": lambda df, plan: plan.count_rows(),
 }
 
+#: Methods that build on what the frame's result holds, run on the frame itself (the result
+#: read from the workers), their own result distributed again: ``describe`` and ``cache``
+#: run the query; ``transform`` calls the user's function with the distributed frame.
+_ON_RESULT = frozenset({"describe", "cache", "transform"})
+
+#: Methods that read the frame's plan rather than its result: the single-node twin answers,
+#: as single-node would (``col``/``column`` qualify columns as the twin's steps expect).
+_ON_TWIN = frozenset({
+    "col", "column", "find_qualified_columns", "parse_sql_expr", "logical_plan",
+    "optimized_logical_plan", "execution_plan", "into_view",
+})  # fmt: skip
+
+#: Terminal methods planned as single-node plans them, so that the work stays on the workers.
+_COMPOSED: dict[str, Callable[..., Any]] = {
+    "count": _count,
+    "show": _show,
+    "tail": _tail,
+    "collect_column": _collect_column,
+}
+
+
+def _public_methods() -> dict[str, Callable[..., Any]]:
+    return {
+        name: member
+        for name, member in vars(DataFrame).items()
+        if isinstance(member, types.FunctionType) and not name.startswith("_")
+    }
+
+
+def _makes_frame(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` returns a new DataFrame (a step of the DataFrame API)."""
+    returns = inspect.signature(method).return_annotation
+    return returns in ("DataFrame", DataFrame)
+
+
+#: Every method that returns a DataFrame and is not listed above is a step applied to the
+#: twin: the general rule, so a method a later datafusion adds is distributed too.
+_STEPS = {
+    name: _step(member)
+    for name, member in _public_methods().items()
+    if (_makes_frame(member) and name not in _ON_RESULT and name not in _COMPOSED)
+    or name in _ON_TWIN
+}
 
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
 #: as ``__repr__``, cannot be replaced on one instance), wrapped.
 _WRAPPED = {
-    name: _translating(member)
-    for name, member in vars(DataFrame).items()
-    if isinstance(member, types.FunctionType) and not name.startswith("_")
-}
+    **{name: _translating(member) for name, member in _public_methods().items()},
+    **{name: _translating(functools.wraps(getattr(DataFrame, name))(fn))
+       for name, fn in _COMPOSED.items()},
+    **_STEPS,
+}  # fmt: skip
 
 
-def distributed_frame(
-    df: DataFrame, source: Source, feed: Feed | None = None, root: bool = False
-) -> DataFrame:
+@dataclass(frozen=True)
+class Origin:
+    """What a frame this package returned knows about itself.
+
+    Attributes:
+        source: its distributed plan, or the single-node fallback and why.
+        twin: the single-node frame of the same query, to which DataFrame-API steps apply.
+        feed: the progress feed of its runs.
+        distribute: distributes a frame derived from ``twin`` (a ``DistributedContext``'s).
+        root: whether the frame reads ``source`` itself (nothing added to it in Python).
+    """
+
+    source: Source
+    twin: DataFrame
+    feed: Feed | None
+    distribute: Callable[[DataFrame, str], DataFrame]
+    root: bool
+
+
+def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:
     """``df`` — still exactly a ``datafusion.DataFrame`` — knowing where it runs, its errors
-    given as single-node gives them, and the frames derived from it likewise.
+    given as single-node gives them, and each DataFrame-API step on it planned with the
+    query it came from as one distributed query.
 
     Example:
         >>> from datafusion import SessionContext, DataFrame, col
@@ -254,13 +385,40 @@ def distributed_frame(
         >>> type(df) is DataFrame, df.filter(col("x") > 0).count(), ran_on(df)
         (True, 1, 'workers')
     """
-    df._dfdpy_source = source  # type: ignore[attr-defined]
-    df._dfdpy_feed = feed  # type: ignore[attr-defined]
-    # The distributed result itself, nothing added in Python: it may be read directly.
-    df._dfdpy_root = root and isinstance(source, _internal.DistributedPlan)  # type: ignore[attr-defined]
+    df._dfdpy_origin = origin  # type: ignore[attr-defined]
     for name, wrapper in _WRAPPED.items():
         setattr(df, name, types.MethodType(wrapper, df))
     return df
+
+
+def origin_of(df: object) -> Origin | None:
+    """What ``df`` knows about itself, if this package returned it."""
+    origin = getattr(df, "_dfdpy_origin", None)
+    return origin if isinstance(origin, Origin) else None
+
+
+def twin_of(value: Any) -> Any:
+    """The single-node twin of a frame this package returned; anything else as it is."""
+    origin = origin_of(value)
+    return origin.twin if origin is not None else value
+
+
+def _sql_of(origin: Origin) -> str:
+    return origin.feed.sql if origin.feed is not None else "DataFrame"
+
+
+# ``df["a"]`` is looked up on the class, so it cannot be wrapped on one instance; for frames
+# this package returned it is the step it stands for (``select``), plain frames unchanged.
+_plain_getitem = DataFrame.__getitem__
+
+
+def _getitem(self: DataFrame, key: str | list[str]) -> DataFrame:
+    if origin_of(self) is None:
+        return _plain_getitem(self, key)
+    return self.select(*([key] if isinstance(key, str) else key))
+
+
+DataFrame.__getitem__ = _getitem  # type: ignore[method-assign]
 
 
 def ran_on(df: DataFrame) -> str | None:
@@ -274,4 +432,5 @@ def ran_on(df: DataFrame) -> str | None:
 
 def source_of(df: DataFrame) -> Source | None:
     """Where ``df`` runs, if this package returned it (or derived it from one it returned)."""
-    return getattr(df, "_dfdpy_source", None)
+    origin = origin_of(df)
+    return origin.source if origin is not None else None

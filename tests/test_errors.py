@@ -14,9 +14,11 @@ from datafusion_distributed_py import (
     DistributedContext,
     DistributedError,
     UnsupportedTableError,
+    _internal,
     ran_on,
 )
 from datafusion_distributed_py._compat import check_datafusion_major
+from datafusion_distributed_py.dataframe import source_of
 
 
 def test_not_a_session_context():
@@ -133,8 +135,8 @@ def test_table_provider_from_another_ffi_library_is_refused_with_its_name():
     # of this package, registered as a table) has no codec that can ship it to workers.
     ctx = SessionContext()
     ctx.from_pydict({"a": [1, 2, 3]}, name="base")
-    plan = DistributedContext(ctx).sql("SELECT a FROM base").__dict__.get("_dfdpy_source")
-    assert plan is not None
+    plan = source_of(DistributedContext(ctx).sql("SELECT a FROM base"))
+    assert isinstance(plan, _internal.DistributedPlan)
     ctx.register_table("foreign_t", plan)
     assert ctx.sql("SELECT sum(a) AS s FROM foreign_t").to_pylist() == [{"s": 6}]
     with pytest.raises(UnsupportedTableError, match="foreign_t"):

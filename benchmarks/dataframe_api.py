@@ -1,0 +1,253 @@
+"""DataFrame-API idioms on distributed frames, side by side with single-node and with the same
+query written as one SQL statement.
+
+    python -m benchmarks.dataframe_api [--sf 1] [--parts 4] [--modes embedded,local2]
+
+For each idiom and cluster kind it prints (and writes to ``benchmarks/results/``):
+
+* ``single``: the idiom on single-node ``datafusion`` (frames made on ``ctx``);
+* ``df``: the idiom on the cluster, frames made with ``dctx`` (``dctx.sql``, ``dctx.table``);
+* ``sql``: the same query as one ``dctx.sql(...)`` statement;
+* ``df/sql``: the ratio the DataFrame API costs over SQL (target: at most 1.1);
+* ``recv``: bytes the coordinator received from the workers for the ``df`` form (the head
+  stage's output, from ``dctx.metrics``) against the result's Arrow size.
+
+Every result is checked against single-node's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from datafusion import DataFrame, SessionContext, col, lit
+from datafusion import functions as f
+
+from benchmarks.tpch import RESULTS, best_times, machine
+from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+
+#: Makes frames: ``ctx`` single-node, or a ``DistributedContext`` (same methods).
+Maker = SessionContext | DistributedContext
+
+
+@dataclass(frozen=True)
+class Idiom:
+    name: str
+    frame: Callable[[Maker], DataFrame]
+    sql: str
+    ordered: bool = False
+    #: a terminal method whose value is the result (``count``), instead of collecting.
+    scalar: bool = False
+    #: a LIMIT without order: which rows come back is the engine's choice.
+    any_rows: bool = False
+
+
+def _lineitem(m: Maker) -> DataFrame:
+    return m.sql("SELECT * FROM lineitem")
+
+
+def _window(m: Maker) -> DataFrame:
+    orders = m.sql("SELECT o_custkey, o_orderkey, o_totalprice FROM orders")
+    ranked = orders.select(
+        col("o_custkey"),
+        col("o_totalprice"),
+        f.row_number(
+            partition_by=[col("o_custkey")], order_by=[col("o_totalprice").sort(ascending=False)]
+        ).alias("rn"),
+    )
+    return ranked.filter(col("rn") == lit(1)).aggregate(
+        [], [f.count(lit(1)).alias("n"), f.sum(col("o_totalprice")).alias("top")]
+    )
+
+
+IDIOMS = [
+    Idiom(
+        "filter + aggregate",
+        lambda m: (
+            _lineitem(m)
+            .filter(col("l_quantity") > lit(45))
+            .aggregate([col("l_returnflag")], [f.count(lit(1)).alias("n")])
+        ),
+        "SELECT l_returnflag, count(1) AS n FROM lineitem WHERE l_quantity > 45 "
+        "GROUP BY l_returnflag",
+    ),
+    Idiom(
+        "count()",
+        lambda m: _lineitem(m),
+        "SELECT count(*) FROM lineitem",
+        scalar=True,
+    ),
+    Idiom(
+        "count() after filter",
+        lambda m: _lineitem(m).filter(col("l_discount") > lit(0.05)),
+        "SELECT count(*) FROM lineitem WHERE l_discount > 0.05",
+        scalar=True,
+    ),
+    Idiom(
+        "join of two frames + sum",
+        lambda m: (
+            m.sql("SELECT o_orderkey, o_orderpriority FROM orders")
+            .join(
+                m.sql("SELECT l_orderkey, l_extendedprice FROM lineitem"),
+                left_on="o_orderkey",
+                right_on="l_orderkey",
+            )
+            .aggregate([col("o_orderpriority")], [f.sum(col("l_extendedprice")).alias("s")])
+        ),
+        "SELECT o_orderpriority, sum(l_extendedprice) AS s FROM orders JOIN lineitem "
+        "ON o_orderkey = l_orderkey GROUP BY o_orderpriority",
+    ),
+    Idiom(
+        "limit(5)",
+        lambda m: _lineitem(m).limit(5),
+        "SELECT * FROM lineitem LIMIT 5",
+        any_rows=True,
+    ),
+    Idiom(
+        "chained filters/projections",
+        lambda m: (
+            _lineitem(m)
+            .filter(col("l_shipdate") >= lit("1995-01-01").cast(pa.date32()))
+            .select(
+                col("l_orderkey"),
+                (col("l_extendedprice") * (lit(1) - col("l_discount"))).alias("rev"),
+            )
+            .filter(col("rev") > lit(100000))
+            .with_column("k", col("l_orderkey") % lit(100))
+        ),
+        "SELECT l_orderkey, rev, l_orderkey % 100 AS k FROM (SELECT l_orderkey, "
+        "l_extendedprice * (1 - l_discount) AS rev FROM lineitem "
+        "WHERE l_shipdate >= CAST('1995-01-01' AS DATE)) WHERE rev > 100000",
+    ),
+    Idiom(
+        "union + aggregate",
+        lambda m: (
+            m.sql("SELECT l_suppkey AS k FROM lineitem WHERE l_quantity < 5")
+            .union(m.sql("SELECT l_suppkey AS k FROM lineitem WHERE l_quantity > 48"))
+            .aggregate([], [f.count(lit(1)).alias("n"), f.sum(col("k")).alias("s")])
+        ),
+        "SELECT count(1) AS n, sum(k) AS s FROM (SELECT l_suppkey AS k FROM lineitem "
+        "WHERE l_quantity < 5 UNION ALL SELECT l_suppkey AS k FROM lineitem "
+        "WHERE l_quantity > 48)",
+    ),
+    Idiom(
+        "window via select",
+        _window,
+        "SELECT count(1) AS n, sum(o_totalprice) AS top FROM (SELECT o_custkey, "
+        "o_totalprice, row_number() OVER (PARTITION BY o_custkey ORDER BY o_totalprice DESC) "
+        "AS rn FROM orders) WHERE rn = 1",
+    ),
+    Idiom(
+        "distinct",
+        lambda m: m.sql("SELECT l_returnflag, l_linestatus FROM lineitem").distinct(),
+        "SELECT DISTINCT l_returnflag, l_linestatus FROM lineitem",
+    ),
+]
+
+
+def _result(df: DataFrame, idiom: Idiom) -> pa.Table:
+    if idiom.scalar:
+        return pa.table({"count": [df.count()]})
+    return df.to_arrow_table()
+
+
+def _sql_result(dctx: DistributedContext, idiom: Idiom) -> pa.Table:
+    table = dctx.sql(idiom.sql).to_arrow_table()
+    if idiom.scalar:  # SELECT count(*) ...: its one value
+        return pa.table({"count": [table.column(0)[0].as_py()]})
+    return table
+
+
+def _same(got: pa.Table, expected: pa.Table, idiom: Idiom) -> bool:
+    if idiom.any_rows:  # a LIMIT without ORDER BY: any rows of the input, as many
+        return got.num_rows == expected.num_rows and got.schema == expected.schema
+    try:
+        assert_same_rows(got, expected, ordered=idiom.ordered)
+    except AssertionError:
+        return False
+    return True
+
+
+def received(dctx: DistributedContext, df: DataFrame) -> tuple[int, int]:
+    """Bytes and rows the coordinator read from the workers in ``df``'s latest run: the
+    output of the head stage, the one the coordinator reads (the highest stage number).
+    Bytes are the batches' memory (a slice counts its whole buffers)."""
+    records = [r for r in dctx.metrics(df) if r["ran_on"] == "workers"]
+    latest = max(r["attempt"] for r in records)
+    records = [r for r in records if r["attempt"] == latest]
+    head = max(r["stage"] for r in records)
+    head_tasks = [r for r in records if r["stage"] == head]
+    return (
+        sum(r["output_bytes"] or 0 for r in head_tasks),
+        sum(r["output_rows"] or 0 for r in head_tasks),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sf", type=float, default=1.0)
+    parser.add_argument("--parts", type=int, default=4, help="files per table")
+    parser.add_argument("--data", default="benchmarks/data")
+    parser.add_argument("--modes", default="embedded,local2")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    data = tpch.generate(Path(args.data) / f"sf{args.sf:g}-p{args.parts}", args.sf, args.parts)
+    ctx = SessionContext()
+    tpch.register(ctx, data)
+    lines = [
+        f"# DataFrame API on distributed frames, TPC-H SF{args.sf:g} "
+        f"({args.parts} files per table)",
+        "",
+        f"Machine: {machine()}. Best of {args.repeat} turns, modes taking turns.",
+        "`df`: the idiom with frames made by `dctx`; `sql`: the same query as one "
+        "`dctx.sql()`; `recv`: bytes the coordinator received from workers for `df` "
+        "(head stage output) and the result's Arrow size.",
+        "",
+        "| cluster | idiom | single s | df s | sql s | df/single | df/sql | recv | result "
+        "| equal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    with ExitStack() as stack:
+        for mode in args.modes.split(","):
+            workers = None
+            if mode.startswith("local"):
+                workers = stack.enter_context(LocalCluster(int(mode.removeprefix("local"))))
+            dctx = DistributedContext(ctx, workers=workers, progress=False)
+            for idiom in IDIOMS:
+                runners = {
+                    "single": lambda _, i=idiom: _result(i.frame(ctx), i),
+                    "df": lambda _, i=idiom, d=dctx: _result(i.frame(d), i),
+                    "sql": lambda _, i=idiom, d=dctx: _sql_result(d, i),
+                }
+                best, results = best_times(runners, "", args.repeat, budget=3.0)
+                equal = all(_same(results[m], results["single"], idiom) for m in ("df", "sql"))
+                frame = idiom.frame(dctx)
+                assert is_distributed(dctx.explain(frame)), idiom.name
+                if idiom.scalar:
+                    frame = frame.aggregate([], [f.count(lit(1))])  # what count() runs
+                result = frame.to_arrow_table()
+                recv, recv_rows = received(dctx, frame)
+                row = (
+                    f"| {mode} | {idiom.name} | {best['single']:.3f} | {best['df']:.3f} | "
+                    f"{best['sql']:.3f} | {best['df'] / best['single']:.2f} | "
+                    f"{best['df'] / best['sql']:.2f} | {recv:,} B, {recv_rows:,} rows | "
+                    f"{result.nbytes:,} B, {result.num_rows:,} rows | "
+                    f"{'yes' if equal else 'NO'} |"
+                )
+                print(row, flush=True)
+                lines.append(row)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"dataframe_api_sf{args.sf:g}.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
