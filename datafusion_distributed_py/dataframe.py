@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -170,7 +171,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
                 feed.current = None
         if record is not None:
             MONITOR.end(record, _rows(out), None)
-        if isinstance(out, DataFrame) and origin_of(out) is None:
+        if isinstance(out, DataFrame) and not _is_ours(out):
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
             return origin.distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
@@ -191,50 +192,43 @@ def _step(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _derive(df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    origin = origin_of(df)
-    assert origin is not None
-    out = method(origin.twin, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
-    if out is origin.twin:  # a step that changes nothing (``fill_null(v, subset=[])``)
+def _derive(
+    df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    twin, distribute, sql = _lineage_of(df)
+    out = method(twin, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
+    if out is twin:  # a step that changes nothing (``fill_null(v, subset=[])``)
         return df
     if isinstance(out, DataFrameInternal):  # datafusion 55's select_exprs returns its core
         out = DataFrame(out)
     if not isinstance(out, DataFrame):  # expressions (``col``), plans, views
         return out
-    with _AsSingleNode():
-        return origin.distribute(out, f"{_sql_of(origin)} \u2192 {name}()")
+    return _pending_frame(_Pending(out, distribute, f"{sql} \u2192 {name}()"))
 
 
 def _count(df: DataFrame) -> int:
     """Rows of the frame, planned as single-node plans ``count()`` (from statistics where
     they answer, else partial counts on the workers): one row reaches the coordinator."""
-    origin = origin_of(df)
-    assert origin is not None
-    if isinstance(origin.source, Fallback):
-        return int(DataFrame.count(df))  # single-node, where its fallback said it runs
     counted = _derive(df, "count", DataFrame.aggregate, [], [f.count().alias("count(*)")])
-    (row,) = counted.to_pylist()
+    (row,) = _ON_FRAME["to_pylist"](counted)
     return int(row["count(*)"])
 
 
 def _show(df: DataFrame, num: int = 20) -> None:
     """As single-node's ``show``: the first ``num`` rows, the limit inside the distributed
     plan so that the workers' scans stop early."""
-    limited = _STEPS["limit"](df, num)
-    with _AsSingleNode():
-        limited.df.show(num)
+    _ON_FRAME["show"](_derive(df, "show", DataFrame.limit, num), num)
 
 
 def _tail(df: DataFrame, n: int = 5) -> DataFrame:
     """As single-node's ``tail``: the count and the limit both distributed."""
-    return _STEPS["limit"](df, n, max(0, _count(df) - n))  # type: ignore[no-any-return]
+    return _derive(df, "tail", DataFrame.limit, n, max(0, _count(df) - n))  # type: ignore[no-any-return]
 
 
 def _collect_column(df: DataFrame, column_name: str) -> Any:
     """As single-node's ``collect_column``: only that column leaves the workers."""
-    selected = _STEPS["select"](df, column_name)
-    with _AsSingleNode():
-        return selected.df.collect_column(column_name)
+    selected = _derive(df, "collect_column", DataFrame.select, column_name)
+    return _ON_FRAME["collect_column"](selected, column_name)
 
 
 #: The methods that run the query (each run is a query of the monitor); ``count`` runs its
@@ -344,14 +338,16 @@ _STEPS = {
     or name in _ON_TWIN
 }
 
+#: Each public method run on the frame itself (reading its distributed result).
+_ON_FRAME = {name: _translating(member) for name, member in _public_methods().items()}
+
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
 #: as ``__repr__``, cannot be replaced on one instance), wrapped.
-_WRAPPED = {
-    **{name: _translating(member) for name, member in _public_methods().items()},
-    **{name: _translating(functools.wraps(getattr(DataFrame, name))(fn))
-       for name, fn in _COMPOSED.items()},
+_WRAPPED: dict[str, Callable[..., Any]] = {
+    **_ON_FRAME,
+    **{name: functools.wraps(getattr(DataFrame, name))(fn) for name, fn in _COMPOSED.items()},
     **_STEPS,
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -391,16 +387,75 @@ def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:
     return df
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A frame derived by a DataFrame-API step, not planned yet: chained steps
+    (``df.filter(...).select(...).aggregate(...)``) plan only the frame that runs."""
+
+    twin: DataFrame
+    distribute: Callable[[DataFrame, str], DataFrame]
+    sql: str
+
+
+_PLANNING = threading.RLock()
+
+
+def _pending_frame(pending: _Pending) -> DataFrame:
+    """A plain ``datafusion.DataFrame`` that plans ``pending`` distributed when first used:
+    any method, or anything reading its core (``.df``, as ``repr`` and ``__arrow_c_stream__``
+    do)."""
+    df = DataFrame.__new__(DataFrame)
+    df.__dict__["_dfdpy_pending"] = pending
+    for name, wrapper in _WRAPPED.items():
+        setattr(df, name, types.MethodType(wrapper, df))
+    return df
+
+
+def _plan_pending(df: DataFrame) -> None:
+    """Plans a pending frame: it takes the core and origin of its distributed plan."""
+    with _PLANNING:
+        pending = df.__dict__.get("_dfdpy_pending")
+        if pending is None:  # planned meanwhile by another thread
+            return
+        with _AsSingleNode():
+            planned = pending.distribute(pending.twin, pending.sql)
+        df.__dict__["df"] = planned.__dict__["df"]
+        df.__dict__["_dfdpy_origin"] = planned.__dict__["_dfdpy_origin"]
+        del df.__dict__["_dfdpy_pending"]
+
+
+def _lineage_of(df: DataFrame) -> tuple[DataFrame, Callable[[DataFrame, str], DataFrame], str]:
+    """The twin of a frame this package returned, what distributes frames derived from it,
+    and its description; without planning it."""
+    pending = df.__dict__.get("_dfdpy_pending")
+    if pending is not None:
+        return pending.twin, pending.distribute, pending.sql
+    origin = origin_of(df)
+    assert origin is not None
+    return origin.twin, origin.distribute, _sql_of(origin)
+
+
 def origin_of(df: object) -> Origin | None:
-    """What ``df`` knows about itself, if this package returned it."""
-    origin = getattr(df, "_dfdpy_origin", None)
+    """What ``df`` knows about itself, if this package returned it (planned now if it was
+    pending)."""
+    state = getattr(df, "__dict__", None)
+    if state is None:
+        return None
+    if "_dfdpy_pending" in state:
+        _plan_pending(df)  # type: ignore[arg-type]
+    origin = state.get("_dfdpy_origin")
     return origin if isinstance(origin, Origin) else None
 
 
 def twin_of(value: Any) -> Any:
     """The single-node twin of a frame this package returned; anything else as it is."""
-    origin = origin_of(value)
-    return origin.twin if origin is not None else value
+    if isinstance(value, DataFrame) and _is_ours(value):
+        return _lineage_of(value)[0]
+    return value
+
+
+def _is_ours(df: DataFrame) -> bool:
+    return "_dfdpy_pending" in df.__dict__ or "_dfdpy_origin" in df.__dict__
 
 
 def _sql_of(origin: Origin) -> str:
@@ -413,12 +468,32 @@ _plain_getitem = DataFrame.__getitem__
 
 
 def _getitem(self: DataFrame, key: str | list[str]) -> DataFrame:
-    if origin_of(self) is None:
+    if not _is_ours(self):
         return _plain_getitem(self, key)
     return self.select(*([key] if isinstance(key, str) else key))
 
 
 DataFrame.__getitem__ = _getitem  # type: ignore[method-assign]
+
+
+class _Core:
+    """``DataFrame.df`` (the frame's core, which every datafusion method and special method
+    reads) as a data descriptor: a pending frame is planned before its core is read, so
+    nothing can run a derived frame before it is distributed. Plain frames: unchanged."""
+
+    def __get__(self, df: DataFrame | None, owner: type | None = None) -> Any:
+        if df is None:
+            return self
+        state = df.__dict__
+        if "_dfdpy_pending" in state:
+            _plan_pending(df)
+        return state["df"]
+
+    def __set__(self, df: DataFrame, core: Any) -> None:
+        df.__dict__["df"] = core
+
+
+DataFrame.df = _Core()
 
 
 def ran_on(df: DataFrame) -> str | None:
