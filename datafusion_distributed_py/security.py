@@ -218,6 +218,13 @@ def _pem(value: str, name: str) -> str:
 
 def _self_signed() -> tuple[str, str, str]:
     """A CA and a certificate it signs for this machine: (ca_pem, cert_pem, key_pem)."""
+    try:
+        import cryptography  # noqa: F401  (the optional `tls` extra)
+    except ImportError as e:
+        raise ImportError(
+            "Security.temporary(tls=True) makes its certificates with the `cryptography` "
+            "package: pip install 'datafusion-distributed-py[tls]'"
+        ) from e
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -25,6 +25,9 @@ from datafusion_distributed_py import (
     tpch,
 )
 
+#: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
+pytestmark = pytest.mark.slow
+
 DEPLOY = Path(__file__).parent.parent / "deploy"
 #: Ray nodes on loopback only: tests never send traffic to this machine's other addresses.
 #: Without a cluster-wide setting, Ray (its nodes, GCS, `get_node_ip_address`) then uses

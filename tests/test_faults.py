@@ -32,6 +32,9 @@ from datafusion_distributed_py import (
 )
 from datafusion_distributed_py.differential import compare
 
+#: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
+pytestmark = pytest.mark.slow
+
 #: A query that runs for seconds on three workers: a Python UDF that sleeps per batch.
 SLOW = (
     "SELECT l_returnflag, sum(nap(l_quantity)) AS q, count(*) AS n FROM lineitem "

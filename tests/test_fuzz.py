@@ -20,6 +20,9 @@ from hypothesis import strategies as st
 from datafusion_distributed_py import DistributedContext, LocalCluster
 from datafusion_distributed_py.differential import compare
 
+#: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("DFDPY_FUZZ_EXAMPLES", "40"))
 CLUSTERS = os.environ.get("DFDPY_FUZZ_CLUSTERS", "embedded").split(",")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import pytest
 
 from datafusion_distributed_py.differential import run_slt
 
-FILES = sorted((Path(__file__).parent / "sqllogictest" / "test_files").glob("*.slt"))
+#: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
+pytestmark = pytest.mark.slow
+
+CORPUS = Path(__file__).parent / "sqllogictest"
+FILES = sorted((CORPUS / "test_files").glob("*.slt"))
+#: Queries of each file answered through the single-node fallback, at most (as last measured:
+#: ``python -m benchmarks.sqllogictest``): a fallback answers right, so without a budget the
+#: test would pass if every query fell back.
+FALLBACK_BUDGET: dict[str, int] = json.loads((CORPUS / "fallback_budget.json").read_text())
 
 
 @pytest.mark.parametrize("kind", ["embedded", "workers"])
@@ -20,5 +29,11 @@ def test_corpus_file_answers_as_single_node(path, kind, request):
     workers = request.getfixturevalue("cluster") if kind == "workers" else None
     report = run_slt(path, workers=workers)
     bad = [o for o in report.outcomes if o.verdict in ("error", "wrong")]
-    assert report.counts()["equal"] > 0
+    counts = report.counts()
+    assert counts["equal"] > 0
+    assert counts["fallback"] <= FALLBACK_BUDGET[path.name], (
+        f"{counts['fallback']} queries fell back, over the budget of "
+        f"{FALLBACK_BUDGET[path.name]}: "
+        + "; ".join(o.sql for o in report.outcomes if o.fallback)
+    )
     assert not bad, "\n".join(f"{o.verdict}: {o.sql}\n  {o.detail}" for o in bad)

@@ -12,6 +12,9 @@ from datafusion import SessionContext
 from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on, tpcds
 from datafusion_distributed_py.differential import compare
 
+#: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
+pytestmark = pytest.mark.slow
+
 SF = 0.01
 #: On worker processes: the once-failing window queries and a spread of the others.
 ON_WORKERS = (2, 4, 11, 14, 23, 24, 39, 47, 49, 57, 64, 67, 72, 77, 78, 80, 95)
