@@ -249,8 +249,8 @@ class DistributedContext:
         if isinstance(source, Fallback):
             # A frame of its own: the caller's df stays as it was.
             own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-            return distributed_frame(own, Origin(source, df, feed, self._distribute, False))
-        origin = Origin(source, df, feed, self._distribute, True)
+            return distributed_frame(own, Origin(source, df, feed, self, False))
+        origin = Origin(source, df, feed, self, True)
         return distributed_frame(self._ctx.read_table(source), origin)
 
     # -- frames made as a SessionContext makes them ---------------------------------------
@@ -293,6 +293,11 @@ class DistributedContext:
         df = getattr(self._ctx, maker)(*args, **kwargs)
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
         return self._distribute(df, f"{maker}({first})")
+
+    def _plans_steps_at_once(self) -> bool:
+        """DataFrame-API steps are planned when their frame is first used (a chain plans
+        once); with ``fallback="error"`` at once, so that a refusal is raised at the step."""
+        return self._config.fallback == "error"
 
     def explain(
         self,

@@ -29,7 +29,7 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from datafusion import DataFrame, RecordBatch
@@ -174,7 +174,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(out, DataFrame) and not _is_ours(out):
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
-            return origin.distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
+            return origin.owner._distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
         return _streams_translated(out)
 
     return wrapper
@@ -195,7 +195,7 @@ def _step(method: Callable[..., Any]) -> Callable[..., Any]:
 def _derive(
     df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Any:
-    twin, distribute, sql = _lineage_of(df)
+    twin, owner, sql = _lineage_of(df)
     out = method(twin, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
     if out is twin:  # a step that changes nothing (``fill_null(v, subset=[])``)
         return df
@@ -203,7 +203,10 @@ def _derive(
         out = DataFrame(out)
     if not isinstance(out, DataFrame):  # expressions (``col``), plans, views
         return out
-    return _pending_frame(_Pending(out, distribute, f"{sql} \u2192 {name}()"))
+    derived = _pending_frame(_Pending(out, owner, f"{sql} \u2192 {name}()"))
+    if owner._plans_steps_at_once():  # strict: a refusal is raised where the step is written
+        origin_of(derived)
+    return derived
 
 
 #: ``count(*)`` as single-node's ``count()`` writes it; made once (each ``lit`` costs an
@@ -355,6 +358,14 @@ _WRAPPED: dict[str, Callable[..., Any]] = {
 }
 
 
+class Distributor(Protocol):
+    """What distributes the frames derived from a returned frame (a ``DistributedContext``)."""
+
+    def _distribute(self, df: DataFrame, sql: str) -> DataFrame: ...
+
+    def _plans_steps_at_once(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Origin:
     """What a frame this package returned knows about itself.
@@ -363,14 +374,14 @@ class Origin:
         source: its distributed plan, or the single-node fallback and why.
         twin: the single-node frame of the same query, to which DataFrame-API steps apply.
         feed: the progress feed of its runs.
-        distribute: distributes a frame derived from ``twin`` (a ``DistributedContext``'s).
+        owner: the ``DistributedContext`` that distributes the frames derived from ``twin``.
         root: whether the frame reads ``source`` itself (nothing added to it in Python).
     """
 
     source: Source
     twin: DataFrame
     feed: Feed | None
-    distribute: Callable[[DataFrame, str], DataFrame]
+    owner: Distributor
     root: bool
 
 
@@ -398,7 +409,7 @@ class _Pending:
     (``df.filter(...).select(...).aggregate(...)``) plan only the frame that runs."""
 
     twin: DataFrame
-    distribute: Callable[[DataFrame, str], DataFrame]
+    owner: Distributor
     sql: str
 
 
@@ -423,21 +434,21 @@ def _plan_pending(df: DataFrame) -> None:
         if pending is None:  # planned meanwhile by another thread
             return
         with _AsSingleNode():
-            planned = pending.distribute(pending.twin, pending.sql)
+            planned = pending.owner._distribute(pending.twin, pending.sql)
         df.__dict__["df"] = planned.__dict__["df"]
         df.__dict__["_dfdpy_origin"] = planned.__dict__["_dfdpy_origin"]
         del df.__dict__["_dfdpy_pending"]
 
 
-def _lineage_of(df: DataFrame) -> tuple[DataFrame, Callable[[DataFrame, str], DataFrame], str]:
+def _lineage_of(df: DataFrame) -> tuple[DataFrame, Distributor, str]:
     """The twin of a frame this package returned, what distributes frames derived from it,
     and its description; without planning it."""
     pending = df.__dict__.get("_dfdpy_pending")
     if pending is not None:
-        return pending.twin, pending.distribute, pending.sql
+        return pending.twin, pending.owner, pending.sql
     origin = origin_of(df)
     assert origin is not None
-    return origin.twin, origin.distribute, _sql_of(origin)
+    return origin.twin, origin.owner, _sql_of(origin)
 
 
 def origin_of(df: object) -> Origin | None:
@@ -479,6 +490,31 @@ def _getitem(self: DataFrame, key: str | list[str]) -> DataFrame:
 
 
 DataFrame.__getitem__ = _getitem  # type: ignore[method-assign]
+
+
+def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A step on a plain frame: as it was, unless a frame this package returned is among its
+    arguments (``ctx.table("a").join(dctx.sql(...))``); then the composed query is
+    distributed too, by that frame's context."""
+
+    @functools.wraps(method)
+    def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+        ours = [a for a in (*args, *kwargs.values()) if isinstance(a, DataFrame) and _is_ours(a)]
+        if not ours:
+            return method(df, *args, **kwargs)
+        _, owner, sql = _lineage_of(ours[0])
+        out = method(df, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
+        if not isinstance(out, DataFrame):
+            return out
+        return _pending_frame(_Pending(out, owner, f"DataFrame.{method.__name__}({sql})"))
+
+    return wrapper
+
+
+# Frames this package returned have their own steps (on the instance); these are plain ones'.
+for _name, _method in _public_methods().items():
+    if _name in _STEPS and _name not in _ON_TWIN:
+        setattr(DataFrame, _name, _plain_step(_method))
 
 
 class _Core:

@@ -16,7 +16,14 @@ from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 from datafusion.expr import Window
 
-from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpch
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    UnsupportedTableError,
+    ran_on,
+    tpch,
+)
 from datafusion_distributed_py.monitor import MONITOR
 
 Frames = Callable[[SessionContext | DistributedContext], DataFrame]
@@ -164,6 +171,22 @@ def test_joins_between_returned_frames_and_plain_ones(ctx, dctx):
         ),
         "HashJoinExec",
     )
+    # A plain frame joined with a returned one: distributed by the returned frame's context.
+    check(
+        ctx,
+        dctx,
+        lambda m: lineitem(ctx).join(orders(m), left_on="l_orderkey", right_on="o_orderkey"),
+        "HashJoinExec",
+    )
+    check(
+        ctx,
+        dctx,
+        lambda m: (
+            lineitem(ctx)
+            .select(col("l_orderkey").alias("k"))
+            .union(orders(m).select(col("o_orderkey").alias("k")))
+        ),
+    )
 
 
 def test_set_operations(ctx, dctx):
@@ -299,6 +322,17 @@ def test_a_step_that_cannot_be_distributed_falls_back_with_its_warning(ctx, dctx
     )
     # What is derived from the fallback frame still runs, single-node likewise.
     assert joined.count() == 3
+
+
+def test_strict_mode_refuses_a_step_where_it_is_written(ctx, workers):
+    ctx.register_dataset("dataset_s", ds.dataset(pa.table({"o_orderkey": [1, 2, 3]})))
+    strict = DistributedContext(
+        ctx, workers=workers, progress=False, config=DistributedConfig(fallback="error")
+    )
+    df = orders(strict)
+    with pytest.raises(UnsupportedTableError, match="dataset_s"):
+        df.join(ctx.table("dataset_s"), on="o_orderkey")
+    assert df.filter(col("o_orderkey") < lit(3)).count() == 2
 
 
 def test_frames_of_another_context_behave_as_single_node(ctx, dctx):
