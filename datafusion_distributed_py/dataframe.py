@@ -239,6 +239,16 @@ def _collect_column(df: DataFrame, column_name: str) -> Any:
     return _ON_FRAME["collect_column"](selected, column_name)
 
 
+def _explain(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+    """As single-node's ``explain``: the query's own plan (its twin's); with ``analyze`` the
+    frame runs, distributed, and the plan printed is the one that ran.
+    :meth:`DistributedContext.explain` gives the distributed plan with its stages."""
+    analyze = kwargs.get("analyze", args[1] if len(args) > 1 else False)
+    if analyze:
+        return _ON_FRAME["explain"](df, *args, **kwargs)
+    return DataFrame.explain(_lineage_of(df)[0], *args, **kwargs)
+
+
 #: The methods that run the query (each run is a query of the monitor); ``count`` runs its
 #: counting frame, which records itself.
 _RUNS = frozenset({
@@ -320,6 +330,7 @@ _COMPOSED: dict[str, Callable[..., Any]] = {
     "show": _show,
     "tail": _tail,
     "collect_column": _collect_column,
+    "explain": _explain,
 }
 
 

@@ -402,3 +402,15 @@ def test_tpch_written_with_the_dataframe_api(ctx, dctx):
         ctx.sql(tpch.query(3)).to_arrow_table(),
         ordered=True,
     )
+
+
+def test_plans_and_explain_are_the_querys_own(ctx, dctx, capsys):
+    build = lambda m: lineitem(m).filter(col("l_quantity") > lit(10)).select("l_orderkey")  # noqa: E731
+    single, distributed = build(ctx), build(dctx)
+    assert str(distributed.optimized_logical_plan()) == str(single.optimized_logical_plan())
+    assert type(distributed.logical_plan().to_variant()) is type(single.logical_plan().to_variant())
+    single.explain()
+    expected = capsys.readouterr().out
+    distributed.explain()
+    assert capsys.readouterr().out == expected
+    assert ran_on(distributed) == "workers"
