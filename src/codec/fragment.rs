@@ -8,6 +8,9 @@
 //! position — `DistributedNodes` (the same node encodings as `DistributedCodec`) at 0 and the
 //! session codec at 1 — but whose position 0 leaves every function that is not built into
 //! DataFusion to the session codec. Workers decode with the crate's own chain.
+//!
+//! Upstream: the positions match datafusion-distributed 4.0.0's composed codec
+//! (`src/codec/distributed_codec.rs`); a change of its order there breaks this.
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 

@@ -4,6 +4,9 @@
 //! scans, so without these handlers an in-memory table would be one task and its query would
 //! often not be distributed at all. We size the stage by the table's bytes (like a file scan)
 //! and deal its batches round-robin to the tasks, so each worker receives only its share.
+//!
+//! Upstream: `tasks_for_bytes` copies datafusion-distributed 4.0.0's file-scan sizing rule
+//! (`src/events/defaults/file_scan_config.rs`), which only file scans get.
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;

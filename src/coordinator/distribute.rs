@@ -1,4 +1,8 @@
 //! Cuts a physical plan into stages with datafusion-distributed's planner.
+//!
+//! Upstream: datafusion-distributed 4.0.0 plans only inside `DistributedQueryPlanner`
+//! (`src/distributed_planner/distributed_query_planner.rs`), a `QueryPlanner` that starts from
+//! a logical plan; `Precomputed` hands it our already-made physical plan instead.
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;

@@ -6,6 +6,9 @@
 //! datafusion-distributed schedules no stage below such a node. Running them first keeps
 //! single-node's answers (NULL for no row, its error for more than one) and plans the query
 //! once.
+//!
+//! Upstream: `scalar_of` mirrors DataFusion 55's private `execute_scalar_subquery`
+//! (datafusion-physical-plan `src/scalar_subquery.rs`).
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;

@@ -7,6 +7,9 @@
 //! [`CooperativeExec`] (one unit of Tokio budget per batch) above every operator whose output can
 //! outgrow its input. It is done before distribution, so workers run the same plan shape that
 //! the coordinator uses to read their metrics.
+//!
+//! Upstream: DataFusion 55's `EnsureCooperative` (datafusion-physical-optimizer
+//! `src/ensure_coop.rs`) wraps leaves only.
 use std::sync::Arc;
 
 use datafusion::common::Result;

@@ -6,6 +6,9 @@
 //! schema and fails. We rebuild the scan with its full one-column schema and put the empty
 //! projection in a `ProjectionExec` above it, a shape that survives every later serialisation
 //! (to worker processes included).
+//!
+//! Upstream: datafusion-proto 55 `src/physical_plan/mod.rs`, the `LazyMemoryExec` arm of
+//! `try_from_physical_plan` (writes the projected schema, drops the projection).
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};

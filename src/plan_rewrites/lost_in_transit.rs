@@ -9,6 +9,9 @@
 //! and every hop to a worker would lose them again. A window expression's name still says what
 //! was written (it is the logical expression's display), and grouping sets over no column are
 //! recognised by their shape: both are checked here.
+//!
+//! Upstream: datafusion-proto 55 `src/physical_plan/to_proto.rs`
+//! (`serialize_physical_window_expr` and the aggregate's grouping sets).
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};

@@ -5,6 +5,9 @@
 //! to the cache. After a cancelled query nothing may access it again, so the removed plan, and
 //! the partitions its `RepartitionExec`s keep computing in spawned tasks, would live on until
 //! the next query. A sweep every second runs that housekeeping.
+//!
+//! Upstream: datafusion-distributed 4.0.0 `src/worker/worker_service.rs` keeps the cache
+//! private; `Worker::tasks_running` (behind its `integration` feature) is the only way in.
 use std::time::Duration;
 
 use datafusion::common::runtime::SpawnedTask;
