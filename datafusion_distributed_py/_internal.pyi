@@ -1,7 +1,8 @@
 """Types of the Rust core (``src/``), which maturin builds into this module.
 
-Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the two
-exceptions and the three classes, with the signatures of their ``#[pymethods]``.
+Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the three
+exceptions, the three classes and the two functions, with the signatures of their
+``#[pymethods]``; CI checks them against the built module (``mypy.stubtest``).
 """
 
 import os
@@ -15,6 +16,19 @@ from datafusion_distributed_py.security import CoreSecurity
 _StoreSpec = tuple[str, str, dict[str, str]]
 
 #: This package's version; workers report it and the coordinator compares it.
+__all__ = [
+    "__version__",
+    "DATAFUSION_MAJOR",
+    "DistributedError",
+    "WorkerError",
+    "UnsupportedPlanError",
+    "Coordinator",
+    "DistributedPlan",
+    "WorkerServer",
+    "check_health",
+    "planner_defaults",
+]
+
 __version__: str
 #: The DataFusion major version the Rust crates were built against.
 DATAFUSION_MAJOR: int
@@ -105,8 +119,8 @@ class DistributedPlan:
 class WorkerServer:
     """A gRPC server running the tasks of distributed plans."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         host: str,
         port: int,
         codec: object,
@@ -116,7 +130,7 @@ class WorkerServer:
         refuse_pickled_code: bool = False,
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
+    ) -> WorkerServer:
         """``codec`` is the worker's session (or its physical extension codec capsule);
         ``stores`` the object stores its setup registered; ``security`` is
         ``Security._to_core()`` or None; with ``refuse_pickled_code`` only functions the
@@ -136,3 +150,7 @@ class WorkerServer:
 
 def check_health(url: str, security: CoreSecurity | None = None, timeout: float = 5.0) -> str:
     """The standard gRPC health status of the worker at ``url`` (``"SERVING"``, ...)."""
+
+def planner_defaults() -> dict[str, str]:
+    """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""
+    ...

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 mod capsule;
 mod coordinator;
+mod defaults;
 mod errors;
 mod health;
 mod plan;
@@ -30,5 +31,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     Ok(())
 }
