@@ -211,7 +211,9 @@ def test_dashboard_in_a_real_browser(data, tmp_path):
         assert sorted(w["url"] for w in seen["worker"]) == sorted(cluster.urls)
         assert all(w["state"] == "up" for w in seen["worker"])
     assert [q["state"] for q in first["query"]] == ["running"]
-    assert [q["state"] for q in second["query"]] == ["running"]
+    # A slow Chromium start can take the second look past the query's 12 s: it is then seen
+    # finished, which still shows it advanced.
+    assert [q["state"] for q in second["query"]] in (["running"], ["finished"])
     rows = [sum(int(s["rows"] or 0) for s in seen["stage"]) for seen in (first, second)]
     assert 0 < rows[0] < rows[1], rows
     (q,) = done["query"]
