@@ -109,9 +109,6 @@ class DistributedPlan:
         """Runs the query; its batches as ``arrow_array_stream`` capsules, one per output
         partition when ``partitioned``, else one."""
 
-    def count_rows(self) -> int:
-        """Runs the query with no column kept and counts its rows."""
-
     def __datafusion_table_provider__(self, session: object) -> object:
         """The FFI table-provider capsule (``ctx.read_table(plan)``)."""
 

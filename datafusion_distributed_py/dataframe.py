@@ -334,12 +334,12 @@ _COMPOSED: dict[str, Callable[..., Any]] = {
 }
 
 
-def _public_methods() -> dict[str, Callable[..., Any]]:
-    return {
-        name: member
-        for name, member in vars(DataFrame).items()
-        if isinstance(member, types.FunctionType) and not name.startswith("_")
-    }
+#: datafusion's own public methods of ``DataFrame``, read once before any is wrapped.
+_PUBLIC: dict[str, Callable[..., Any]] = {
+    name: member
+    for name, member in vars(DataFrame).items()
+    if isinstance(member, types.FunctionType) and not name.startswith("_")
+}
 
 
 def _makes_frame(method: Callable[..., Any]) -> bool:
@@ -352,13 +352,13 @@ def _makes_frame(method: Callable[..., Any]) -> bool:
 #: twin: the general rule, so a method a later datafusion adds is distributed too.
 _STEPS = {
     name: _step(member)
-    for name, member in _public_methods().items()
+    for name, member in _PUBLIC.items()
     if (_makes_frame(member) and name not in _ON_RESULT and name not in _COMPOSED)
     or name in _ON_TWIN
 }
 
 #: Each public method run on the frame itself (reading its distributed result).
-_ON_FRAME = {name: _translating(member) for name, member in _public_methods().items()}
+_ON_FRAME = {name: _translating(member) for name, member in _PUBLIC.items()}
 
 #: The methods a user calls on a DataFrame (special methods Python looks up on the type, such
 #: as ``__repr__``, cannot be replaced on one instance), wrapped.
@@ -523,7 +523,7 @@ def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # Frames this package returned have their own steps (on the instance); these are plain ones'.
-for _name, _method in _public_methods().items():
+for _name, _method in _PUBLIC.items():
     if _name in _STEPS and _name not in _ON_TWIN:
         setattr(DataFrame, _name, _plain_step(_method))
 

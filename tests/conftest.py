@@ -75,6 +75,12 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+@pytest.fixture(params=["embedded", "workers"])
+def workers(request: pytest.FixtureRequest) -> LocalCluster | None:
+    """Where a test's queries run: the embedded cluster (None) or worker processes."""
+    return request.getfixturevalue("cluster") if request.param == "workers" else None
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """Two worker processes, shared by a module's tests (modules that need another cluster

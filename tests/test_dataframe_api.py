@@ -29,11 +29,6 @@ from datafusion_distributed_py.monitor import MONITOR
 Frames = Callable[[SessionContext | DistributedContext], DataFrame]
 
 
-@pytest.fixture(params=["embedded", "workers"])
-def workers(request: pytest.FixtureRequest) -> LocalCluster | None:
-    return request.getfixturevalue("cluster") if request.param == "workers" else None
-
-
 @pytest.fixture
 def dctx(ctx: SessionContext, workers: LocalCluster | None) -> DistributedContext:
     return DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG, progress=False)

@@ -58,12 +58,6 @@ def session() -> SessionContext:
     return ctx
 
 
-@pytest.fixture(params=["embedded", "workers"])
-def workers(request: pytest.FixtureRequest) -> LocalCluster | None:
-    """Where a test's queries run: the embedded cluster (None) or worker processes."""
-    return request.getfixturevalue("cluster") if request.param == "workers" else None
-
-
 @pytest.fixture
 def both(workers: LocalCluster | None) -> tuple[SessionContext, DistributedContext]:
     ctx = session()

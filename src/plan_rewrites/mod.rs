@@ -73,6 +73,15 @@ mod tests {
         displayable(plan.as_ref()).indent(false).to_string()
     }
 
+    /// `rewrite` leaves `plan` as it is.
+    fn assert_unchanged(
+        plan: Arc<dyn ExecutionPlan>,
+        rewrite: fn(Arc<dyn ExecutionPlan>) -> datafusion::common::Result<Arc<dyn ExecutionPlan>>,
+    ) {
+        let before = shown(&plan);
+        assert_eq!(shown(&rewrite(plan).unwrap()), before);
+    }
+
     #[tokio::test]
     async fn a_cooperative_point_goes_above_each_join_and_nowhere_else() {
         let ctx = session();
@@ -93,11 +102,7 @@ mod tests {
             before.matches("CooperativeExec").count() + 1
         );
         let scan = physical(&ctx, "SELECT a FROM t WHERE b > 1").await;
-        let before = shown(&scan);
-        assert_eq!(
-            shown(&cooperative::yield_after_amplifiers(scan).unwrap()),
-            before
-        );
+        assert_unchanged(scan, cooperative::yield_after_amplifiers);
     }
 
     #[tokio::test]
@@ -134,11 +139,9 @@ mod tests {
             "{before}\n=>\n{after}"
         );
         // A sort that already covers them is left as it is.
-        let full = physical(&ctx, sql).await;
-        let before = shown(&full);
-        assert_eq!(
-            shown(&window_sorts::sort_all_partition_columns(full).unwrap()),
-            before
+        assert_unchanged(
+            physical(&ctx, sql).await,
+            window_sorts::sort_all_partition_columns,
         );
     }
 

@@ -144,17 +144,6 @@ impl DistributedPlan {
             .collect()
     }
 
-    /// Runs the query with no column kept and counts its rows (`DataFrame.count`).
-    fn count_rows(&self, py: Python<'_>) -> PyResult<usize> {
-        let table = Arc::clone(&self.table);
-        runtime::wait_for(py, async move {
-            let root = table.start(Some(&vec![])).await.map_err(query_error)?;
-            let ctx = root.task_ctx();
-            let batches = collect(root, ctx).await.map_err(query_error)?;
-            Ok(batches.iter().map(|b| b.num_rows()).sum())
-        })
-    }
-
     /// Lets a lost worker cost a retry of the query (the default), or not (while writing).
     fn set_retries(&self, on: bool) {
         self.table.set_retries(on);
