@@ -80,6 +80,7 @@ class Coordinator:
         max_retries: int = 1,
         writes: bool = False,
         live_interval: float = 0.5,
+        table_scans: Sequence[bytes] = ...,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 

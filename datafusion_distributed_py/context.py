@@ -443,13 +443,14 @@ class DistributedContext:
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._ctx, fresh, e) from e
         codec = self._ctx.__datafusion_physical_extension_codec__()
+        table_scans = _text_file_scans(physical, fresh)
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(feed)
         cfg = self._config
         plan = self._coordinator.distribute(
             plan_bytes, codec, options, stores, report, session=self._ctx,
             min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
-            live_interval=cfg.progress_interval,
+            live_interval=cfg.progress_interval, table_scans=table_scans,
         )  # fmt: skip
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
@@ -613,6 +614,32 @@ def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
             tables.setdefault(str(variant.table_name()), ".".join(quoted))
         pending.extend(reversed(node.inputs()))
     return tables
+
+
+def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:
+    """The logical scans (serialised) of ``df``'s tables when its plan reads CSV or NDJSON
+    files: their format options carry the compression the physical plan's bytes leave out,
+    which the core gives back to the scans."""
+    pending = [physical]
+    while pending:
+        node = pending.pop()
+        name, _, details = node.display().partition(":")
+        if name.strip() == "DataSourceExec" and re.search(r"file_type=(csv|json)\b", details):
+            break
+        pending.extend(node.children())
+    else:
+        return []
+    scans: list[bytes] = []
+    plans = [_optimized(df)]
+    while plans:
+        plan = plans.pop()
+        if isinstance(plan.to_variant(), TableScan):
+            try:
+                scans.append(plan.to_bytes())
+            except Exception:  # a table with no serialised scan reads no files
+                pass
+        plans.extend(plan.inputs())
+    return scans
 
 
 def _serialises(ctx: SessionContext, table: str) -> bool:

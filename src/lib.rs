@@ -7,7 +7,8 @@
 //!   its tasks, and hands the result back to datafusion-python as a table.
 //! * [`worker`]: runs in worker processes (and in the embedded cluster): serves tasks.
 //! * [`protocol`]: how the two reach each other: gRPC channels, in-process channels, worker URLs.
-//! * [`codec`]: how plans travel: fragment and session codecs, in-memory tables.
+//! * [`codec`]: how plans travel: fragment and session codecs.
+//! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
 //! * [`security`]: who may talk to a worker: token and TLS.
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 mod codec;
 mod coordinator;
 mod errors;
+mod leaves;
 mod object_stores;
 mod plan_rewrites;
 mod protocol;

@@ -1,5 +1,5 @@
-//! How plans travel: the codecs that encode plan fragments for workers (Python UDFs inline) and
-//! the handlers that split in-memory tables across tasks.
+//! How plans travel: the codecs that encode plan fragments for workers (Python UDFs inline,
+//! what DataFusion's own encoding drops from file scans).
 /// The plan-node half of `PhysicalExtensionCodec` (`try_decode`, `try_encode`), forwarded to
 /// `$codec`, an expression of `$this` (the codec itself): our codecs differ only in how they
 /// treat functions, so their node methods are all the same forwarding.
@@ -31,11 +31,12 @@ macro_rules! forward_node_codec {
 }
 
 mod fragment;
-pub mod memory_tables;
+mod scan_compression;
 mod session;
 mod window_functions;
 
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
+pub use scan_compression::wrap as wrap_compressed_scans;
 pub use session::SessionCodec;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,

@@ -10,9 +10,12 @@ use datafusion::logical_expr::{
     AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, WindowUDF,
 };
-use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-/// The session's own codec (imported over FFI), wrapped for two reasons.
+use super::scan_compression;
+
+/// The session's own codec (imported over FFI), wrapped for three reasons.
 ///
 /// * A foreign scalar UDF receives the session's `ConfigOptions` over FFI as strings, and
 ///   DataFusion 55's FFI sends extension entries (`distributed.*`) among the base options,
@@ -21,6 +24,7 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 /// * A function decoded from a payload (a cloudpickled Python UDF) is re-encoded for workers
 ///   with the very same payload: handing it back over FFI to be encoded again loses its
 ///   Python identity for some kinds (window functions).
+/// * A compressed file scan's compression travels beside it (see `scan_compression`).
 ///
 /// On a worker that refuses pickled code, a function that arrives with a payload is looked up
 /// by name among the worker's own functions (registered by its setup) instead, and refused
@@ -105,7 +109,30 @@ impl SessionCodec {
 }
 
 impl PhysicalExtensionCodec for SessionCodec {
-    forward_node_codec!(|this| this.inner);
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match scan_compression::decode(buf, inputs) {
+            Some(scan) => scan,
+            None => self.inner.try_decode(buf, inputs, ctx, converter),
+        }
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        match scan_compression::encode(&node, buf) {
+            Some(done) => done,
+            None => self.inner.try_encode(node, buf, converter),
+        }
+    }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
         let udf = self.decode::<ScalarUDF>(name, buf)?;

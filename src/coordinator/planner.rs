@@ -26,13 +26,14 @@ use super::settings::apply_options;
 use super::subqueries;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
-use crate::codec::{fragment_codec, memory_tables, window_function_headers};
+use crate::codec::{fragment_codec, window_function_headers};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable,
 };
+use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
-use crate::plan_rewrites;
+use crate::plan_rewrites::{self, CompressedTable};
 use crate::protocol::display_url;
 use crate::protocol::{FixedResolver, WorkerChannels, Workers};
 use crate::security::Security;
@@ -50,6 +51,8 @@ enum Cluster {
 /// the session codec that can decode it, and the config entries to plan and run with.
 pub struct PlanRequest {
     pub plan_bytes: Vec<u8>,
+    /// The compressed tables the plan reads (their compression is not in `plan_bytes`).
+    pub compressed_tables: Vec<CompressedTable>,
     pub codec: Arc<dyn PhysicalExtensionCodec>,
     pub options: HashMap<String, String>,
     /// Object stores registered on the session, rebuilt on every runtime that reads data.
@@ -197,6 +200,7 @@ impl ClusterPlanner {
                         e.to_string().lines().next().unwrap_or_default()
                     ))
                 })?;
+        plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan_rewrites::check_nothing_lost(&plan)?;
         let mut headers = http::HeaderMap::new();
         if matches!(self.cluster, Cluster::Remote(..)) {
@@ -251,8 +255,8 @@ impl ClusterPlanner {
         });
         // The session codec also decodes what workers send back (e.g. partitioning).
         cfg.set_distributed_user_codec_arc(codec);
-        cfg.set_distributed_desired_task_count_handler(memory_tables::desired_task_count);
-        cfg.set_distributed_scale_up_leaf_node_handler(memory_tables::scale_up);
+        cfg.set_distributed_desired_task_count_handler(leaves::desired_task_count);
+        cfg.set_distributed_scale_up_leaf_node_handler(leaves::scale_up);
         apply_options(&mut cfg, options)?;
         let mut state = self.base.clone();
         *state.config_mut() = cfg;

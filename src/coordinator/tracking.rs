@@ -20,7 +20,7 @@ use http::HeaderMap;
 use url::Url;
 
 use super::task_log::{TaskLog, TaskRecord};
-use crate::codec::{copy_fragment, encode_fragment, FragmentCodec};
+use crate::codec::{copy_fragment, encode_fragment, wrap_compressed_scans, FragmentCodec};
 use crate::errors;
 use crate::protocol::display_url;
 
@@ -89,6 +89,7 @@ impl TrackingChannel {
         plan: Arc<dyn ExecutionPlan>,
         task_ctx: &TaskContext,
     ) -> Result<MaybeEncoded<Arc<dyn ExecutionPlan>>> {
+        let plan = wrap_compressed_scans(plan)?;
         let max_message_bytes = match self.transport {
             Transport::Embedded => {
                 return copy_fragment(&plan, task_ctx, &self.codec).map(MaybeEncoded::Decoded)

@@ -10,6 +10,7 @@ use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
+mod compressed_scans;
 mod cooperative;
 mod generate_series;
 mod lost_in_transit;
@@ -17,6 +18,7 @@ mod one_partition_scans;
 mod scan_filters;
 mod window_sorts;
 
+pub use compressed_scans::{restore_compression, CompressedTable};
 pub use lost_in_transit::check_nothing_lost;
 
 /// `plan` as the distributed planner should see it.
@@ -73,11 +75,10 @@ mod tests {
         displayable(plan.as_ref()).indent(false).to_string()
     }
 
+    type Rewrite = fn(Arc<dyn ExecutionPlan>) -> datafusion::common::Result<Arc<dyn ExecutionPlan>>;
+
     /// `rewrite` leaves `plan` as it is.
-    fn assert_unchanged(
-        plan: Arc<dyn ExecutionPlan>,
-        rewrite: fn(Arc<dyn ExecutionPlan>) -> datafusion::common::Result<Arc<dyn ExecutionPlan>>,
-    ) {
+    fn assert_unchanged(plan: Arc<dyn ExecutionPlan>, rewrite: Rewrite) {
         let before = shown(&plan);
         assert_eq!(shown(&rewrite(plan).unwrap()), before);
     }

@@ -14,8 +14,6 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
-use datafusion::datasource::physical_plan::FileScanConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
@@ -31,7 +29,7 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::DistributedConfig;
 
-use crate::codec::memory_tables;
+use crate::leaves;
 
 /// `plan` with a merge above each one-partition scan that will be split and is read as one.
 pub fn merge_split_scans(
@@ -148,23 +146,5 @@ fn split_into_tasks(scan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bo
     if d_cfg.dynamic_task_count {
         return true; // sized while it runs, from what it reads: it may be split
     }
-    let tasks = match file_scan(scan) {
-        Some(files) => {
-            let bytes: u64 = files
-                .file_groups
-                .iter()
-                .flat_map(|group| group.files())
-                .map(|file| file.effective_size())
-                .sum();
-            memory_tables::tasks_for_bytes(bytes as usize, config)
-        }
-        None => memory_tables::task_count(scan, config).unwrap_or(1),
-    };
-    tasks > 1
-}
-
-fn file_scan(scan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
-    scan.downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()
+    leaves::task_count(scan, config).unwrap_or(1) > 1
 }

@@ -12,6 +12,7 @@ use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
 use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest};
 use crate::object_stores::StoreSpec;
+use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, Workers};
 use crate::runtime;
 use crate::security::Security;
@@ -95,10 +96,13 @@ impl Coordinator {
     /// `session` is kept alive with the plan (the codec needs its task context).
     /// `min_workers`: fewer usable workers fail the query; `max_retries`: runs after the
     /// first when a worker is lost; `writes`: the query writes (never run twice);
-    /// `live_interval`: seconds between asks for running tasks' rows (0: never).
+    /// `live_interval`: seconds between asks for running tasks' rows (0: never);
+    /// `table_scans`: the plan's logical table scans (`LogicalPlan.to_bytes()`), which carry
+    /// what the physical plan's bytes leave out (a CSV or NDJSON table's compression).
     #[pyo3(signature = (
         plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5
+        min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5,
+        table_scans = vec![]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
@@ -114,6 +118,7 @@ impl Coordinator {
         max_retries: usize,
         writes: bool,
         live_interval: f64,
+        table_scans: Vec<Vec<u8>>,
     ) -> PyResult<DistributedPlan> {
         let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
             .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
@@ -123,8 +128,13 @@ impl Coordinator {
             None => HashMap::new(),
         };
         settings.extend(options);
+        let mut compressed_tables = Vec::new();
+        for scan in &table_scans {
+            compressed_tables.extend(CompressedTable::from_logical_scan(scan).map_err(to_py_err)?);
+        }
         let request = Arc::new(PlanRequest {
             plan_bytes: plan_bytes.to_vec(),
+            compressed_tables,
             codec: Arc::new(import_session_codec(codec)?),
             options: settings,
             stores: stores.into_iter().map(StoreSpec::from).collect(),

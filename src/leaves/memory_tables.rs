@@ -5,8 +5,6 @@
 //! often not be distributed at all. We size the stage by the table's bytes (like a file scan)
 //! and deal its batches round-robin to the tasks, so each worker receives only its share.
 //!
-//! Upstream: `tasks_for_bytes` copies datafusion-distributed 4.0.0's file-scan sizing rule
-//! (`src/events/defaults/file_scan_config.rs`), which only file scans get.
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -16,22 +14,16 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::{
-    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedConfig, DistributedLeafExec,
-    ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+    DistributedLeafExec, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
+
+use super::tasks_for_bytes;
 
 /// A memory scan we may split: no declared ordering (dealing batches would break it), no limit.
 fn splittable(plan: &Arc<dyn ExecutionPlan>) -> Option<&MemorySourceConfig> {
     let dse: &DataSourceExec = plan.downcast_ref()?;
     let mem: &MemorySourceConfig = dse.data_source().downcast_ref()?;
     (mem.sort_information().is_empty() && dse.fetch().is_none()).then_some(mem)
-}
-
-pub fn desired_task_count(
-    ev: DesiredTaskCountEvent,
-) -> Option<Result<DesiredTaskCountEventResponse>> {
-    let tasks = task_count(ev.plan, ev.session_config.options())?;
-    Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
 }
 
 /// The tasks a splittable memory scan wants: those of a file scan of its batches' bytes, and
@@ -42,20 +34,6 @@ pub fn task_count(plan: &Arc<dyn ExecutionPlan>, options: &ConfigOptions) -> Opt
     let bytes: usize = batches().map(|b| b.get_array_memory_size()).sum();
     let rows: usize = batches().map(|b| b.num_rows()).sum();
     Some(tasks_for_bytes(bytes, options).clamp(1, rows.max(1)))
-}
-
-/// The tasks a scan of `bytes` gets, as datafusion-distributed sizes file scans: one partition
-/// per `file_scan_config_bytes_per_partition`, `target_partitions` partitions per task.
-pub fn tasks_for_bytes(bytes: usize, options: &ConfigOptions) -> usize {
-    let per_partition = options
-        .extensions
-        .get::<DistributedConfig>()
-        .map(|c| c.file_scan_config_bytes_per_partition)
-        .unwrap_or(16 * 1024 * 1024)
-        .max(1);
-    bytes
-        .div_ceil(per_partition)
-        .div_ceil(options.execution.target_partitions.max(1))
 }
 
 /// Deals `batches` round-robin into `groups` groups of about equal rows, slicing big batches
@@ -106,7 +84,9 @@ mod tests {
     use datafusion::arrow::array::{Array, Int64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::prelude::SessionConfig;
-    use datafusion_distributed::TaskCountAnnotation;
+    use datafusion_distributed::{DesiredTaskCountEvent, DistributedConfig, TaskCountAnnotation};
+
+    use super::super::desired_task_count;
 
     use super::*;
 
