@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -634,10 +635,9 @@ def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:
     while plans:
         plan = plans.pop()
         if isinstance(plan.to_variant(), TableScan):
-            try:
+            # A table with no serialised scan reads no files: nothing to give back.
+            with contextlib.suppress(Exception):
                 scans.append(plan.to_bytes())
-            except Exception:  # a table with no serialised scan reads no files
-                pass
         plans.extend(plan.inputs())
     return scans
 

@@ -212,17 +212,14 @@ def _advertised_host(host: str) -> str:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Exit when the process that started us is gone, even if it was SIGKILLed."""
-    try:  # Linux: the kernel signals us when the parent thread dies.
-        import ctypes
+    """Exit when the process that started us is gone, even if it was SIGKILLed.
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except OSError:
-        pass
+    Not Linux's ``PR_SET_PDEATHSIG``: it fires when the *thread* that started us ends, so a
+    cluster made in a web server's or a notebook's worker thread died with that thread. A
+    process's children are re-parented only when the whole process is gone.
+    """
 
-    def watch() -> None:  # Everywhere: poll the parent's pid.
+    def watch() -> None:
         import time
 
         while True:

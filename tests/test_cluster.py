@@ -289,6 +289,24 @@ def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
     assert not any(_alive(p) for p in pids), "workers outlived their SIGKILLed parent"
 
 
+def test_a_cluster_made_in_a_thread_outlives_the_thread(ctx):
+    """A web server's or notebook's worker thread may make the cluster and end: the workers
+    live as long as the cluster object and this process (issue 32)."""
+    made: list[LocalCluster] = []
+    maker = threading.Thread(target=lambda: made.append(LocalCluster(2)))
+    maker.start()
+    maker.join()
+    with made[0] as cluster:
+        time.sleep(1.5)  # past the workers' parent watch (0.5 s)
+        assert all(p.poll() is None for p in cluster.processes)
+        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
+        q = "SELECT l_returnflag, count(*) AS n FROM lineitem GROUP BY l_returnflag"
+        df = dctx.sql(q)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(q).to_arrow_table(), ordered=False)
+        assert is_distributed(dctx.explain(df))
+        assert {m["worker_url"] for m in dctx.metrics(df)} == set(cluster.urls)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
