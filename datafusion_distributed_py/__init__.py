@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 from typing import TYPE_CHECKING
 
 import datafusion as _datafusion
@@ -22,6 +23,10 @@ from datafusion_distributed_py._compat import check_datafusion_major
 check_datafusion_major(_datafusion.__version__, DATAFUSION_MAJOR)
 
 from datafusion_distributed_py import _internal, object_stores  # noqa: E402
+
+# Registered first, so it runs last of the exit handlers: from then on the core's threads (and
+# queries still running in daemon threads) never enter Python, which would abort the exit.
+atexit.register(_internal.close_interpreter)
 
 # Record object-store settings from now on, so workers can rebuild the user's stores.
 object_stores.install()

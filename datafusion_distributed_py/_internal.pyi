@@ -27,6 +27,7 @@ __all__ = [
     "WorkerServer",
     "check_health",
     "planner_defaults",
+    "close_interpreter",
 ]
 
 __version__: str
@@ -151,4 +152,8 @@ def check_health(url: str, security: CoreSecurity | None = None, timeout: float 
 
 def planner_defaults() -> dict[str, str]:
     """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""
+    ...
+
+def close_interpreter() -> None:
+    """From now on the core never enters Python (called by ``atexit``)."""
     ...

@@ -12,11 +12,13 @@
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
 //! * [`security`]: who may talk to a worker: token and TLS.
+//! * [`interpreter`]: whether our threads may still enter Python (not once it is exiting).
 use pyo3::prelude::*;
 
 mod codec;
 mod coordinator;
 mod errors;
+mod interpreter;
 mod leaves;
 mod object_stores;
 mod plan_rewrites;

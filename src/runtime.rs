@@ -10,6 +10,8 @@ use futures::FutureExt;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
+
+use crate::interpreter;
 use tokio::runtime::{Handle, Runtime};
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -46,8 +48,13 @@ where
     let mut fut = std::pin::pin!(fut);
     loop {
         let slice = std::time::Duration::from_millis(100);
-        let done =
-            py.detach(|| runtime().block_on(async { tokio::time::timeout(slice, &mut fut).await }));
+        let (done, _entry) = py.detach(|| {
+            let done = runtime().block_on(async { tokio::time::timeout(slice, &mut fut).await });
+            // Taking the GIL back while the interpreter exits would abort the process (see
+            // `interpreter`): this (daemon) thread then waits for the exit instead.
+            let entry = interpreter::enter().unwrap_or_else(|| interpreter::wait_for_exit());
+            (done, entry)
+        });
         match done {
             Ok(Ok(result)) => return result,
             Ok(Err(_panic)) => {
@@ -55,7 +62,22 @@ where
                     "task failed: the datafusion-distributed-py core panicked",
                 ))
             }
-            Err(_elapsed) => py.check_signals()?,
+            Err(_elapsed) => {
+                py.check_signals()?;
+                surface_async_exceptions(py)?;
+            }
         }
     }
+}
+
+/// Raises an exception another thread set on this one (`PyThreadState_SetAsyncExc`, how a
+/// `KeyboardInterrupt` reaches a thread other than the main one: IPython, web servers, tests).
+/// `check_signals` only sees signals, and only in the main thread; CPython delivers a pending
+/// async exception when Python code next runs in this thread, so a no-op Python call does it.
+fn surface_async_exceptions(py: Python<'_>) -> PyResult<()> {
+    static NOOP: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let noop = NOOP.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.eval(c"lambda: None", None, None)?.unbind())
+    })?;
+    noop.call0(py).map(drop)
 }

@@ -261,6 +261,75 @@ def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path, sql, acti
         assert _cpu_in_2s([os.getpid()]) < 0.5, "the in-process workers kept computing"
 
 
+def _interrupt_thread(thread: threading.Thread) -> None:
+    """A KeyboardInterrupt raised in ``thread``: how IPython, web servers and test runners
+    stop a thread other than the main one."""
+    import ctypes
+
+    set_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    assert set_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt)) == 1
+
+
+@pytest.mark.parametrize("kind", ["embedded", "workers"])
+def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
+    """Single-node stops at once when a thread running collect() is interrupted; so does a
+    distributed run, and its tasks stop on the workers (issue 32)."""
+    for i in range(4):
+        pq.write_table(pa.table({"k": [j % 10 for j in range(50_000)]}), tmp_path / f"{i}.parquet")
+    ctx = SessionContext()
+    ctx.register_parquet("t", str(tmp_path) + "/")
+    with LocalCluster(2) if kind == "workers" else contextlib.nullcontext() as c:
+        dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG, progress=False)
+        df = dctx.sql(FILE_JOIN)
+        assert is_distributed(dctx.explain(df))
+        outcome: list[str] = []
+
+        def run() -> None:
+            try:
+                df.collect()
+                outcome.append("finished")
+            except KeyboardInterrupt:
+                outcome.append("interrupted")
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        time.sleep(3.0)
+        assert runner.is_alive(), outcome
+        _interrupt_thread(runner)
+        start = time.monotonic()
+        runner.join(timeout=10)
+        assert outcome == ["interrupted"]
+        assert time.monotonic() - start < 1.0
+        time.sleep(1.0)
+        pids = [os.getpid()] + ([p.pid for p in c.processes] if c else [])
+        assert _cpu_in_2s(pids) < 0.5, "the query kept running after the interrupt"
+
+
+@pytest.mark.parametrize("kind", ["embedded", "workers"])
+def test_exit_while_a_daemon_thread_runs_a_query(tmp_path, kind):
+    """The interpreter exits cleanly (code 0) with a distributed query still running in a
+    daemon thread, progress on: nothing of ours enters Python once it is exiting."""
+    script = tmp_path / "exits.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import threading, time
+        from datafusion import SessionContext
+        from datafusion_distributed_py import DistributedContext, LocalCluster
+        cluster = LocalCluster(2) if {kind!r} == "workers" else None
+        ctx = SessionContext()
+        q = "SELECT v % 7 AS k, count(*) FROM generate_series(1, 1000000000000) t(v) GROUP BY k"
+        df = DistributedContext(ctx, workers=cluster, progress=lambda e: None).sql(q)
+        threading.Thread(target=df.collect, daemon=True).start()
+        time.sleep(2)
+        print("leaving", flush=True)
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "leaving"), done.stderr[-2000:]
+
+
 def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
     script = tmp_path / "owner.py"
     script.write_text(

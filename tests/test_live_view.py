@@ -232,7 +232,7 @@ def test_dashboard_in_a_real_browser(data, tmp_path):
 
     for seen in (first, second, done):
         assert sorted(w["url"] for w in seen["worker"]) == sorted(cluster.urls)
-        assert all(w["state"] == "up" for w in seen["worker"])
+        assert all(w["state"] == "up" for w in seen["worker"]), seen["worker"]
     # Held by the gate, the query is still running at both looks (up to 30 s of them).
     assert [q["state"] for q in first["query"]] == ["running"]
     assert [q["state"] for q in second["query"]] == ["running"]

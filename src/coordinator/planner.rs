@@ -31,6 +31,7 @@ use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable,
 };
+use crate::interpreter;
 use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites::{self, CompressedTable};
@@ -179,7 +180,7 @@ impl ClusterPlanner {
         let progress = req
             .progress
             .as_ref()
-            .map(|p| Python::attach(|py| p.clone_ref(py)));
+            .and_then(|p| interpreter::attach(|py| p.clone_ref(py)));
         let watched = progress.is_some() && !req.live_interval.is_zero();
         let log = Arc::new(TaskLog::with_progress(progress, attempt));
         if watched {

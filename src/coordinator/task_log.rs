@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use url::Url;
 use uuid::Uuid;
 
+use crate::interpreter;
 use crate::protocol::display_url;
 
 /// One task of one stage: where it ran and, once it finished, what it did.
@@ -231,7 +232,7 @@ impl TaskLog {
                 "retry" => (None, None),
                 _ => self.stage_rows_and_eta(stage),
             };
-            Python::attach(|py| {
+            interpreter::attach(|py| {
                 let args = (stage, done, total, url, self.attempt, kind, rows, eta);
                 if let Err(e) = callback.call1(py, args) {
                     log::warn!("progress callback failed: {e}");

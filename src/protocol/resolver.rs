@@ -17,7 +17,7 @@ impl Workers {
     pub fn urls(&self) -> Result<Vec<Url>> {
         match self {
             Workers::Static(urls) => Ok(urls.clone()),
-            Workers::Callable(f) => Python::attach(|py| {
+            Workers::Callable(f) => crate::interpreter::attach(|py| {
                 let raw: Vec<String> = f
                     .call0(py)
                     .and_then(|v| v.extract(py))
@@ -30,7 +30,8 @@ impl Workers {
                 raw.iter()
                     .map(|u| parse_worker_url(u).map_err(DataFusionError::Configuration))
                     .collect()
-            }),
+            })
+            .unwrap_or_else(|| Err(exec_datafusion_err!("the Python interpreter is exiting"))),
         }
     }
 }

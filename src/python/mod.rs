@@ -32,5 +32,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::WorkerServer>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::interpreter::close_interpreter, m)?)?;
     Ok(())
 }
