@@ -90,6 +90,9 @@ class Coordinator:
         ``(stage, done, total, worker_url)``.
         """
 
+#: ``(metric, value, timestamp_ns, partition, labels)``
+_MetricRow = tuple[str, int | None, int | None, int | None, dict[str, str]]
+
 @final
 class DistributedPlan:
     """A distributed physical plan, ready to run; a table provider for datafusion-python."""
@@ -103,6 +106,10 @@ class DistributedPlan:
 
     def task_metrics(self) -> list[MetricsRecord]:
         """Per-task records of the latest run, once every worker has reported."""
+
+    def operator_metrics(self) -> list[tuple[str, str, list[_MetricRow]]]:
+        """The latest run's metrics per operator, in pre-order with stages expanded:
+        ``(name, line, [(metric, value, timestamp_ns, partition, labels)])``."""
 
     def set_retries(self, on: bool) -> None:
         """Lets a lost worker cost a retry of the query (default), or not (while writing)."""

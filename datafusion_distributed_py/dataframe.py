@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from datafusion import DataFrame, RecordBatch
+from datafusion import DataFrame, ExecutionPlan, RecordBatch
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
 from datafusion.record_batch import RecordBatchStream
 
-from datafusion_distributed_py import _internal
+from datafusion_distributed_py import _internal, plan_metrics
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.monitor import MONITOR, Feed
 
@@ -249,6 +249,21 @@ def _explain(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
     return DataFrame.explain(_lineage_of(df)[0], *args, **kwargs)
 
 
+def _execution_plan(df: DataFrame) -> ExecutionPlan:
+    """As single-node's: the query's physical plan (its twin's); after a run, each operator
+    with the metrics the run recorded for it, summed over its tasks (see ``plan_metrics``)."""
+    plan = DataFrame.execution_plan(_lineage_of(df)[0])
+    if "_dfdpy_pending" in df.__dict__:  # never planned, so never ran
+        return plan
+    source = source_of(df)
+    if isinstance(source, Fallback):  # it ran as this single-node frame
+        return DataFrame.execution_plan(source.df)
+    if source is None:
+        return plan
+    operators = source.operator_metrics()
+    return plan_metrics.with_run_metrics(plan, operators) if operators else plan
+
+
 #: The methods that run the query (each run is a query of the monitor); ``count`` runs its
 #: counting frame, which records itself.
 _RUNS = frozenset({
@@ -321,7 +336,7 @@ _ON_RESULT = frozenset({"describe", "cache", "transform"})
 #: as single-node would (``col``/``column`` qualify columns as the twin's steps expect).
 _ON_TWIN = frozenset({
     "col", "column", "find_qualified_columns", "parse_sql_expr", "logical_plan",
-    "optimized_logical_plan", "execution_plan", "into_view",
+    "optimized_logical_plan", "into_view",
 })  # fmt: skip
 
 #: Terminal methods planned as single-node plans them, so that the work stays on the workers.
@@ -331,6 +346,7 @@ _COMPOSED: dict[str, Callable[..., Any]] = {
     "tail": _tail,
     "collect_column": _collect_column,
     "explain": _explain,
+    "execution_plan": _execution_plan,
 }
 
 

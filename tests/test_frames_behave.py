@@ -118,3 +118,48 @@ def test_the_notebook_formatter_stops_reading_early(data, workers, tmp_path):
     # The formatter wants 10 rows (a few batches per task); reading it all would be 200.
     assert len(os.listdir(seen)) < batches // 4, len(os.listdir(seen))
     assert df.count() == ROWS  # the frame still answers in full afterwards
+
+
+#: Operators whose rows do not depend on how the plan is split into tasks (partial
+#: aggregates and repartitions emit per partition: their counts differ, as with more cores).
+SPLIT_FREE = ("FilterExec", "DataSourceExec", "SortExec", "SortPreservingMergeExec")
+
+
+def _op(line: str) -> str:
+    return line.split(":", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT g, count(*) AS n, sum(v) AS s FROM t WHERE v % 7 = 1 GROUP BY g ORDER BY g",
+        "SELECT a.v, b.g FROM t a JOIN t b ON a.v = b.v WHERE a.v < 500 ORDER BY a.v",
+    ],
+)
+def test_the_metrics_api_reports_the_run(data, workers, sql):
+    """After a run, ``execution_plan().metrics()`` and ``collect_metrics()`` report the
+    operators the run went through, as single-node's do, with their rows summed over tasks."""
+    ctx = session(data)
+    single = ctx.sql(sql)
+    single_rows = single.count()
+    single.collect()
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    df = dctx.sql(sql)
+    assert is_distributed(dctx.explain(df))
+    unrun = df.execution_plan().metrics()
+    assert unrun is None or not unrun.output_rows  # nothing ran yet
+    df.collect()
+    ours, theirs = (d.execution_plan().collect_metrics() for d in (df, single))
+    # The operators (by name: after a run single-node's display shows the dynamic filters'
+    # bounds, the single-node plan of a distributed frame ran nowhere and shows them empty).
+    assert [_op(line) for line, _ in ours] == [_op(line) for line, _ in theirs]
+    assert df.execution_plan().metrics().output_rows == single_rows
+    for (line, m), (_, s) in zip(ours, theirs, strict=True):
+        assert m.elapsed_compute is not None, line
+        assert {x.name for x in m.metrics()} >= {"output_rows", "elapsed_compute"}, line
+        if line.startswith(SPLIT_FREE):
+            assert m.output_rows == s.output_rows, line
+    # A derived frame reports its own run.
+    step = df.filter(col(df.schema().names[0]).is_not_null())
+    step.collect()
+    assert step.execution_plan().metrics().output_rows == single_rows

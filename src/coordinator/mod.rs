@@ -2,10 +2,12 @@
 //! (`planner`), checks them first (`handshake`), runs scalar subqueries first
 //! (`subqueries`), cuts the plan into stages (`distribute`),
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
-//! datafusion-python as a table (`table`, `root`).
+//! datafusion-python as a table (`table`, `root`), and its run's metrics per operator
+//! (`operator_metrics`).
 mod distribute;
 mod handshake;
 mod live;
+mod operator_metrics;
 mod planner;
 mod root;
 mod settings;
@@ -14,6 +16,7 @@ mod table;
 mod task_log;
 mod tracking;
 
+pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest};
 pub use table::DistributedTable;
 pub use task_log::TaskRecord;

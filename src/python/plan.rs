@@ -15,11 +15,11 @@ use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use super::capsule;
 use super::errors::{query_error, to_py_err};
-use crate::coordinator::{DistributedTable, TaskRecord};
+use crate::coordinator::{operator_metrics, DistributedTable, TaskRecord};
 use crate::protocol::display_url;
 use crate::runtime;
 
@@ -109,6 +109,47 @@ impl DistributedPlan {
             }
         }
         Ok(records)
+    }
+
+    /// The latest run's metrics per operator, in pre-order with stages expanded (see
+    /// `operator_metrics`): `(name, line, [(metric, value, timestamp_ns, partition, labels)])`;
+    /// empty before a run.
+    fn operator_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let Some((plan, _)) = self.table.last_run() else {
+            return Ok(Vec::new());
+        };
+        let operators = runtime::wait_for(py, async move {
+            if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
+                let _ = tokio::time::timeout(METRICS_WAIT, exec.wait_for_metrics()).await;
+            }
+            let plan = match plan.is::<DistributedExec>() {
+                true => rewrite_distributed_plan_with_metrics(
+                    plan,
+                    DistributedMetricsFormat::Aggregated,
+                )
+                .await
+                .map_err(to_py_err)?,
+                false => plan,
+            };
+            Ok(operator_metrics(&plan))
+        })?;
+        operators
+            .into_iter()
+            .map(|op| {
+                let rows = op
+                    .metrics
+                    .into_iter()
+                    .map(|m| {
+                        let labels = PyDict::new(py);
+                        for (k, v) in m.labels {
+                            labels.set_item(k, v)?;
+                        }
+                        (m.name, m.value, m.timestamp_ns, m.partition, labels).into_pyobject(py)
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                (op.name, op.line, rows).into_pyobject(py)
+            })
+            .collect()
     }
 
     /// Runs the query (a new run, as a scan through datafusion-python would start) and
