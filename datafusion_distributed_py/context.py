@@ -531,14 +531,26 @@ def _check_result_names(df: DataFrame) -> None:
 
 
 def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:
-    """Refuse (as not distributable) a plan whose result types changed in serialisation
-    (DataFusion 55 writes a Float16 literal as a Float32 one, for instance)."""
+    """Refuse (as not distributable) a plan whose result types or field metadata changed in
+    serialisation (DataFusion 55 writes a Float16 literal as a Float32 one, and drops a
+    literal's metadata, for instance)."""
     for want, got in zip(single_node, distributed, strict=False):
         if not _same_kind(want.type, got.type):
             raise UnsupportedPlanError(
                 f"its column {want.name!r} is {want.type} single-node but {got.type} once the "
                 "plan is serialised (DataFusion 55's plan serialisation changes the type)"
             )
+        if (want.metadata or {}) != (got.metadata or {}):
+            raise UnsupportedPlanError(
+                f"its column {want.name!r} carries field metadata {_shown(want.metadata)} "
+                f"single-node but {_shown(got.metadata)} once the plan is serialised "
+                "(DataFusion 55's plan serialisation drops a literal's field metadata)"
+            )
+
+
+def _shown(metadata: dict[bytes, bytes] | None) -> str:
+    pairs = (metadata or {}).items()
+    return repr({k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs})
 
 
 def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:

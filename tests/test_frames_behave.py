@@ -11,11 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import is_distributed
-from datafusion import SessionContext, col, udf
+from datafusion import SessionContext, col, lit, lit_with_metadata, udf
+from datafusion import functions as f
 from datafusion.substrait import Consumer, Producer
 from datafusion.unparser import Dialect, Unparser
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext
+from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on
 
 ROWS = 20_000
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
@@ -163,3 +164,65 @@ def test_the_metrics_api_reports_the_run(data, workers, sql):
     step = df.filter(col(df.schema().names[0]).is_not_null())
     step.collect()
     assert step.execution_plan().metrics().output_rows == single_rows
+
+
+def _mk_uuid(a: pa.Array) -> pa.Array:
+    import uuid
+
+    return pa.array([uuid.UUID(int=v.as_py()).bytes for v in a], pa.uuid())
+
+
+def _uuid_versions(a: pa.Array) -> pa.Array:
+    # Reads the argument's extension type, which lives in its field's metadata.
+    return pa.array([u.as_py().version for u in a], pa.int64())
+
+
+def test_field_metadata_survives_the_trip(workers):
+    """Metadata a function gives its result (``with_metadata``, a UDF returning an extension
+    type) reaches what reads it on the workers and the result's schema, as single-node."""
+    ctx = SessionContext()
+    ctx.register_udf(udf(_mk_uuid, [pa.int64()], pa.uuid(), "immutable", name="mk_uuid"))
+    ctx.register_udf(udf(_uuid_versions, [pa.uuid()], pa.int64(), "immutable", name="versions"))
+    typed = pa.schema([pa.field("a", pa.int64(), metadata={"unit": "s"})])
+    ctx.register_record_batches(
+        "t", [pa.table({"a": list(range(1, 2001))}).cast(typed).to_batches(max_chunksize=100)]
+    )
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+
+    def frames(c):
+        marked = c.table("t").select(f.with_metadata(col("a"), {"unit": "ms"}).alias("b"))
+        yield marked
+        yield marked.select(f.arrow_metadata(col("b"), "unit").alias("unit"), col("b"))
+        yield c.sql("SELECT mk_uuid(a) AS u, a FROM t")
+        yield c.sql("SELECT versions(mk_uuid(a)) AS v, count(*) AS n FROM t GROUP BY 1")
+        yield c.sql("SELECT a FROM t WHERE a % 3 = 0")
+        tagged = f.arrow_metadata(f.with_metadata(col("a"), {"k": "v"}), "k")
+        yield c.table("t").filter(tagged == lit("v"))  # NULL on workers would drop every row
+
+    for single, distributed in zip(frames(ctx), frames(dctx), strict=True):
+        want, got = single.to_arrow_table(), distributed.to_arrow_table()
+        assert want.num_rows > 0
+        assert got.schema == want.schema
+        assert [x.metadata for x in got.schema] == [x.metadata for x in want.schema]
+        assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
+        assert is_distributed(dctx.explain(distributed))
+
+
+def test_a_literals_metadata_is_not_lost_silently(workers, caplog):
+    """DataFusion 55's plan serialisation drops a literal's field metadata: such a query runs
+    single-node, with the documented warning naming the column, and keeps it."""
+    ctx = SessionContext()
+    dctx = DistributedContext(ctx, workers=workers, progress=False)
+
+    def frame(c):
+        return c.from_pydict({"b": [4, 5, 6]}).select(
+            lit_with_metadata(1, {"k": "v"}).alias("x"), col("b")
+        )
+
+    with caplog.at_level("WARNING", logger="datafusion_distributed_py"):
+        df = frame(dctx)
+        got = df.to_arrow_table()
+    assert got.schema.field("x").metadata == {b"k": b"v"}
+    assert got.to_pylist() == frame(ctx).to_pylist()
+    assert ran_on(df) == "coordinator"
+    assert "'x' carries field metadata" in caplog.text

@@ -1,5 +1,6 @@
 //! How plans travel: the codecs that encode plan fragments for workers (Python UDFs inline,
-//! what DataFusion's own encoding drops from file scans).
+//! what DataFusion's own encoding drops: file scans' compression, function results'
+//! field metadata).
 /// The plan-node half of `PhysicalExtensionCodec` (`try_decode`, `try_encode`), forwarded to
 /// `$codec`, an expression of `$this` (the codec itself): our codecs differ only in how they
 /// treat functions, so their node methods are all the same forwarding.
@@ -30,11 +31,13 @@ macro_rules! forward_node_codec {
     };
 }
 
+mod field_metadata;
 mod fragment;
 mod scan_compression;
 mod session;
 mod window_functions;
 
+pub use field_metadata::{mark as mark_for_metadata_repair, restore_field_metadata};
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
 pub use scan_compression::wrap as wrap_compressed_scans;
 pub use session::SessionCodec;

@@ -13,7 +13,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use super::scan_compression;
+use super::{field_metadata, scan_compression};
 
 /// The session's own codec (imported over FFI), wrapped for three reasons.
 ///
@@ -24,7 +24,9 @@ use super::scan_compression;
 /// * A function decoded from a payload (a cloudpickled Python UDF) is re-encoded for workers
 ///   with the very same payload: handing it back over FFI to be encoded again loses its
 ///   Python identity for some kinds (window functions).
-/// * A compressed file scan's compression travels beside it (see `scan_compression`).
+/// * What DataFusion's encoding leaves out travels beside the plan: a compressed file scan's
+///   compression (`scan_compression`), and a marker to restore function results' field
+///   metadata on decoding (`field_metadata`).
 ///
 /// On a worker that refuses pickled code, a function that arrives with a payload is looked up
 /// by name among the worker's own functions (registered by its setup) instead, and refused
@@ -116,8 +118,11 @@ impl PhysicalExtensionCodec for SessionCodec {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match scan_compression::decode(buf, inputs) {
-            Some(scan) => scan,
+        if let Some(scan) = scan_compression::decode(buf, inputs) {
+            return scan;
+        }
+        match field_metadata::decode(buf, inputs) {
+            Some(fragment) => fragment,
             None => self.inner.try_decode(buf, inputs, ctx, converter),
         }
     }
@@ -128,7 +133,9 @@ impl PhysicalExtensionCodec for SessionCodec {
         buf: &mut Vec<u8>,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        match scan_compression::encode(&node, buf) {
+        let ours =
+            scan_compression::encode(&node, buf).or_else(|| field_metadata::encode(&node, buf));
+        match ours {
             Some(done) => done,
             None => self.inner.try_encode(node, buf, converter),
         }

@@ -26,7 +26,7 @@ use super::settings::apply_options;
 use super::subqueries;
 use super::task_log::TaskLog;
 use super::tracking::{TrackingChannels, Transport};
-use crate::codec::{fragment_codec, window_function_headers};
+use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable,
@@ -202,6 +202,7 @@ impl ClusterPlanner {
                     ))
                 })?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
+        plan = restore_field_metadata(plan)?;
         plan_rewrites::check_nothing_lost(&plan)?;
         let mut headers = http::HeaderMap::new();
         if matches!(self.cluster, Cluster::Remote(..)) {

@@ -20,7 +20,9 @@ use http::HeaderMap;
 use url::Url;
 
 use super::task_log::{TaskLog, TaskRecord};
-use crate::codec::{copy_fragment, encode_fragment, wrap_compressed_scans, FragmentCodec};
+use crate::codec::{
+    copy_fragment, encode_fragment, mark_for_metadata_repair, wrap_compressed_scans, FragmentCodec,
+};
 use crate::errors;
 use crate::protocol::display_url;
 
@@ -89,7 +91,7 @@ impl TrackingChannel {
         plan: Arc<dyn ExecutionPlan>,
         task_ctx: &TaskContext,
     ) -> Result<MaybeEncoded<Arc<dyn ExecutionPlan>>> {
-        let plan = wrap_compressed_scans(plan)?;
+        let plan = mark_for_metadata_repair(wrap_compressed_scans(plan)?);
         let max_message_bytes = match self.transport {
             Transport::Embedded => {
                 return copy_fragment(&plan, task_ctx, &self.codec).map(MaybeEncoded::Decoded)
