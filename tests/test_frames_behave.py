@@ -226,3 +226,37 @@ def test_a_literals_metadata_is_not_lost_silently(workers, caplog):
     assert got.to_pylist() == frame(ctx).to_pylist()
     assert ran_on(df) == "coordinator"
     assert "'x' carries field metadata" in caplog.text
+
+
+EMPTY = pa.schema([("x", pa.int64()), ("y", pa.string())])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM e",
+        "SELECT x, y FROM e WHERE x > 1",
+        "SELECT y, count(*) AS n, sum(x) AS s FROM e GROUP BY y",
+        "SELECT count(*) AS n, max(y) AS m FROM e",
+        "SELECT * FROM t WHERE v < 0",
+    ],
+)
+def test_empty_inputs_and_results(data, workers, sql, capsys):
+    """An empty registered batch, and queries with no rows, give single-node's schema,
+    readers, ``count()``, ``fill_null`` and (for results with no batch) ``show()``."""
+    ctx = session(data)
+    ctx.register_batch("e", pa.RecordBatch.from_pylist([], schema=EMPTY))
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    single, distributed = ctx.sql(sql), dctx.sql(sql)
+    assert distributed.schema() == single.schema()
+    assert distributed.to_arrow_table() == single.to_arrow_table()
+    assert distributed.to_pydict() == single.to_pydict()
+    assert distributed.to_pandas().equals(single.to_pandas())
+    assert distributed.count() == single.count()
+    assert distributed.fill_null(0).to_pylist() == single.fill_null(0).to_pylist()
+    assert distributed.describe().to_pylist() == single.describe().to_pylist()
+    if not any(b.num_rows == 0 for b in single.collect()):  # see docs/what-runs-where.md
+        single.show()
+        shown = capsys.readouterr().out
+        distributed.show()
+        assert capsys.readouterr().out == shown
