@@ -5,6 +5,7 @@
 //! datafusion-python as a table (`table`, `root`), and its run's metrics per operator
 //! (`operator_metrics`).
 mod distribute;
+mod empty_batches;
 mod handshake;
 mod live;
 mod operator_metrics;

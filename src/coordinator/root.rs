@@ -13,6 +13,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -22,6 +23,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
+use super::empty_batches::passes_on_an_empty_batch;
 use super::table::Query;
 use crate::errors::{as_worker_failure, is_worker_lost};
 
@@ -72,6 +74,8 @@ struct Attempt {
     attempt: usize,
     delivered: bool,
     done: bool,
+    /// Give the caller an empty batch if the run delivers none (see `empty_batches`).
+    empty_batch: Option<RecordBatch>,
     partition: usize,
     query: Arc<Query>,
     projection: Option<Vec<usize>>,
@@ -139,11 +143,13 @@ impl ExecutionPlan for DistributedRootExec {
         _foreign_ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.inner.schema();
+        let restores = partition == 0 && passes_on_an_empty_batch(&self.inner);
         let first = Attempt {
             stream: self.inner.execute(partition, Arc::clone(&self.task_ctx))?,
             attempt: 1,
             delivered: false,
             done: false,
+            empty_batch: restores.then(|| RecordBatch::new_empty(Arc::clone(&schema))),
             partition,
             query: Arc::clone(&self.query),
             projection: self.projection.clone(),
@@ -169,7 +175,11 @@ impl ExecutionPlan for DistributedRootExec {
                         let e = run.query.name_lost_peer(e).await;
                         return Some((Err(e), run));
                     }
-                    None => return None,
+                    None => {
+                        run.done = true;
+                        let empty = run.empty_batch.take().filter(|_| !run.delivered);
+                        return empty.map(|batch| (Ok(batch), run));
+                    }
                 }
             }
         });
