@@ -2,7 +2,7 @@
 
     datafusion-distributed-worker --host 127.0.0.1 --port 50051 [--setup pkg.mod:func]
     datafusion-distributed-worker --host 0.0.0.0 --token-file /etc/dfdpy/token \
-        --advertise-host 10.0.0.5 [--tls-cert c.pem --tls-key k.pem [--tls-ca ca.pem]]
+        --advertise-host 10.0.0.5 [--tls-cert c.pem --tls-key k.pem --tls-ca ca.pem [--mutual]]
     python -m datafusion_distributed_py.worker --port 0
     python -m datafusion_distributed_py.worker --setup pickle:- < setup.pickle
 
@@ -255,7 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with (https://)")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument(
-        "--tls-ca", help="PEM CA: clients must present certificates it signed (mutual TLS)"
+        "--tls-ca",
+        help="PEM CA this worker trusts: the CA of the workers it pulls from (shuffles) and, "
+        "with --mutual, of the clients' certificates",
+    )
+    parser.add_argument(
+        "--mutual",
+        action="store_true",
+        help="mutual TLS: clients must present certificates signed by --tls-ca",
+    )
+    parser.add_argument(
+        "--tls-server-name",
+        help="the name to check other workers' certificates against (IP-addressed clusters)",
     )
     parser.add_argument(
         "--insecure",
@@ -344,7 +355,10 @@ def _check(url: str, security: Security | None) -> int:
 def _cli_security(args: argparse.Namespace) -> Security | None:
     """The environment's settings (``DFDPY_*``), overridden by the command line's."""
     base = Security.from_env()
-    flags = (args.token_file, args.tls_cert, args.tls_key, args.tls_ca, args.max_message_bytes)
+    flags = (
+        args.token_file, args.tls_cert, args.tls_key, args.tls_ca, args.tls_server_name,
+        args.max_message_bytes, args.mutual or None,
+    )  # fmt: skip
     if not any(f is not None for f in flags):
         return base
     token = Path(args.token_file).read_text().strip() if args.token_file else None
@@ -353,8 +367,8 @@ def _cli_security(args: argparse.Namespace) -> Security | None:
         tls_ca=args.tls_ca or (base.tls_ca if base else None),
         tls_cert=args.tls_cert or (base.tls_cert if base else None),
         tls_key=args.tls_key or (base.tls_key if base else None),
-        mutual=bool(args.tls_ca) or bool(base and base.mutual),
-        server_name=base.server_name if base else None,
+        mutual=args.mutual or bool(base and base.mutual),
+        server_name=args.tls_server_name or (base.server_name if base else None),
         max_message_bytes=args.max_message_bytes,
     )
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -250,16 +251,63 @@ def test_tls_cluster_gives_single_node_rows(ctx, tls_cluster):
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_mutual_tls_refuses_a_client_without_certificate(ctx, tmp_path):
-    sec = Security.temporary(mutual=True)
-    # The CLI takes the same settings from files.
+def _tls_files(tmp_path, sec: Security) -> dict[str, str]:
+    """The CLI takes ``Security``'s settings from files."""
     files = {}
     for name, pem in (("ca", sec.tls_ca), ("cert", sec.tls_cert), ("key", sec.tls_key)):
-        files[name] = tmp_path / f"{name}.pem"
-        files[name].write_text(pem)
-    (tmp_path / "token").write_text(sec.token)
-    args = ["--token-file", str(tmp_path / "token"), "--tls-cert", str(files["cert"])]
-    args += ["--tls-key", str(files["key"]), "--tls-ca", str(files["ca"])]
+        files[name] = str(tmp_path / f"{name}.pem")
+        Path(files[name]).write_text(pem)
+    files["token"] = str(tmp_path / "token")
+    Path(files["token"]).write_text(sec.token)
+    return files
+
+
+def test_plain_tls_workers_trust_each_other_with_the_ca(ctx, tmp_path):
+    """``--tls-cert/--tls-key/--tls-ca`` is TLS without client certificates (issue 29): the
+    coordinator needs only the CA, and workers pull shuffles from each other trusting it."""
+    sec = Security.temporary(tls=True)
+    files = _tls_files(tmp_path, sec)
+    args = ["--token-file", files["token"], "--tls-cert", files["cert"]]
+    args += ["--tls-key", files["key"], "--tls-ca", files["ca"]]
+    with cli_worker(*args) as (_, url), cli_worker(*args) as (_, url2):
+        assert url.startswith("https://")
+        coordinator = Security(token=sec.token, tls_ca=sec.tls_ca)  # no certificate of its own
+        dctx = DistributedContext(ctx, workers=[url, url2], security=coordinator,
+                                  config=SPLIT_CONFIG)  # fmt: skip
+        df = dctx.sql(JOIN_SQL)
+        assert "NetworkShuffleExec" in dctx.explain(df)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(JOIN_SQL).to_arrow_table(), ordered=False)
+        assert raw_call(url, "GetWorkerInfo", sec.token, tls=coordinator)
+
+
+def test_a_worker_that_does_not_trust_its_peers_says_so(ctx, tmp_path):
+    """Workers serving TLS but given no CA cannot pull from each other: the error says that
+    a worker did not trust its peer's certificate, and what to start it with."""
+    sec = Security.temporary(tls=True)
+    files = _tls_files(tmp_path, sec)
+    args = ["--token-file", files["token"], "--tls-cert", files["cert"], "--tls-key", files["key"]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DFDPY_TLS")}
+    with cli_worker(*args, env=env) as (_, url), cli_worker(*args, env=env) as (_, url2):
+        coordinator = Security(token=sec.token, tls_ca=sec.tls_ca)
+        dctx = DistributedContext(ctx, workers=[url, url2], security=coordinator,
+                                  config=SPLIT_CONFIG)  # fmt: skip
+        assert dctx.sql("SELECT count(*) AS n FROM lineitem").to_pydict()  # no shuffle: fine
+        df = dctx.sql(JOIN_SQL)
+        assert "NetworkShuffleExec" in dctx.explain(df)
+        start = time.monotonic()
+        with pytest.raises(Exception) as err:
+            df.collect()
+        assert time.monotonic() - start < 30
+        said = str(err.value)
+        assert "not signed by a CA this worker trusts" in said, said
+        assert "--tls-ca" in said and (url in said or url2 in said), said
+
+
+def test_mutual_tls_refuses_a_client_without_certificate(ctx, tmp_path):
+    sec = Security.temporary(mutual=True)
+    files = _tls_files(tmp_path, sec)
+    args = ["--token-file", files["token"], "--tls-cert", files["cert"]]
+    args += ["--tls-key", files["key"], "--tls-ca", files["ca"], "--mutual"]
     with cli_worker(*args) as (_, url), cli_worker(*args) as (_, url2):
         assert url.startswith("https://")
         dctx = DistributedContext(ctx, workers=[url, url2], security=sec, config=SPLIT_CONFIG)

@@ -25,10 +25,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Who opens the channels: errors say which side did not trust whom, and what to set there.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub enum Side {
+    #[default]
+    Coordinator,
+    /// A worker, pulling from other workers (shuffles, broadcasts).
+    Worker,
+}
+
 #[derive(Clone, Default)]
 pub struct WorkerChannels {
     open: Arc<Mutex<HashMap<Url, Channel>>>,
     security: Arc<Security>,
+    side: Side,
 }
 
 impl WorkerChannels {
@@ -36,7 +46,14 @@ impl WorkerChannels {
         Self {
             open: Arc::default(),
             security: Arc::new(security),
+            side: Side::Coordinator,
         }
+    }
+
+    /// These channels, opened by a worker to other workers.
+    pub fn on_a_worker(mut self) -> Self {
+        self.side = Side::Worker;
+        self
     }
 
     /// The largest message workers of these settings accept.
@@ -49,7 +66,9 @@ impl WorkerChannels {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
             return Ok(channel.clone());
         }
-        let unreachable = |e: tonic::transport::Error| unreachable(url, &with_causes(&e));
+        let side = self.side;
+        let unreachable =
+            |e: tonic::transport::Error| unreachable_from(side, url, &with_causes(&e));
         #[allow(unused_mut)]
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(unreachable)?
@@ -116,14 +135,20 @@ impl ChannelResolver for WorkerChannels {
     }
 }
 
-/// `url`'s worker cannot be reached because of `cause`, with a hint when TLS settings differ.
+/// `url`'s worker cannot be reached from the coordinator because of `cause`, with a hint when
+/// TLS settings differ.
 pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
+    unreachable_from(Side::Coordinator, url, cause)
+}
+
+/// `url`'s worker cannot be reached from `side` because of `cause`.
+pub fn unreachable_from(side: Side, url: &Url, cause: &str) -> DataFusionError {
     worker_lost(
         display_url(url),
         format!(
             "is unreachable ({}){}",
             plain_cause(cause),
-            tls_hint(url, cause)
+            tls_hint(side, url, cause)
         ),
     )
 }
@@ -154,9 +179,8 @@ fn plain_cause(cause: &str) -> String {
 
 /// What a failed connection most likely means when the two ends disagree about TLS. tonic
 /// hands these failures over as opaque transport errors, so their text is all there is.
-fn tls_hint(url: &Url, cause: &str) -> &'static str {
+fn tls_hint(side: Side, url: &Url, cause: &str) -> String {
     let https = url.scheme() == "https";
-    // A TLS server answers an HTTP/2 preface by closing: seen as any of these, by timing.
     let closed_on_preface = [
         "FRAME_SIZE_ERROR",
         "h2 protocol error",
@@ -166,18 +190,35 @@ fn tls_hint(url: &Url, cause: &str) -> &'static str {
     ]
     .iter()
     .any(|said| cause.contains(said));
+    let (who, give_security) = match side {
+        Side::Coordinator => ("the coordinator", "give the coordinator's Security"),
+        Side::Worker => (
+            "this worker",
+            "start this worker with the cluster's settings (--tls-ca, --tls-cert/--tls-key, or \
+             DFDPY_TLS_*_FILE; Worker(security=...))",
+        ),
+    };
     if !https && closed_on_preface {
-        " (does the worker serve TLS? then address it as https:// and give this side the \
-         cluster's Security)"
+        format!(" (does the worker serve TLS? then address it as https:// and {give_security})")
     } else if https && (cause.contains("InvalidContentType") || cause.contains("corrupt message")) {
-        " (the worker does not serve TLS: address it as http://)"
+        " (the worker does not serve TLS: address it as http://)".to_string()
     } else if https
         && (cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate"))
     {
-        " (its certificate is not signed by a CA this side trusts: give Security(tls_ca=...) \
-         the cluster's CA, and server_name= if workers are addressed by IP)"
+        let fix = match side {
+            Side::Coordinator => {
+                "give the coordinator's Security(tls_ca=...) the cluster's CA, \
+                                  and server_name= if workers are addressed by IP"
+            }
+            Side::Worker => {
+                "start this worker with --tls-ca (Security(tls_ca=...), \
+                             DFDPY_TLS_CA_FILE) naming the cluster's CA, and --tls-server-name \
+                             if workers are addressed by IP"
+            }
+        };
+        format!(" (its certificate is not signed by a CA {who} trusts: {fix})")
     } else {
-        ""
+        String::new()
     }
 }
 

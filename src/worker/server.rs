@@ -74,7 +74,7 @@ pub fn build_worker(
         options.own_stores,
     )?);
     // Worker-to-worker streams (shuffles) get the same keep-alive, token and TLS.
-    let channels = WorkerChannels::new(options.security);
+    let channels = WorkerChannels::new(options.security).on_a_worker();
     let sessions = TaskSessions::default();
     Ok(
         Worker::from_session_builder(move |qctx: WorkerQueryContext| {
