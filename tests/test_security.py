@@ -337,7 +337,7 @@ def test_plain_and_tls_ends_that_do_not_match_fail_clearly(ctx, tls_cluster, clu
             Security(token=cluster.security.token, tls_ca=tls_cluster.security.tls_ca),
             "does not serve TLS",
         ),
-        (untrusted, Security(token=token), "not signed by a CA this side trusts"),
+        (untrusted, Security(token=token), "not signed by a CA the coordinator trusts"),
     ]
     for urls, security, hint in cases:
         start = time.monotonic()
