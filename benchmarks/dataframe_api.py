@@ -9,8 +9,8 @@ For each idiom and cluster kind it prints (and writes to ``benchmarks/results/``
 * ``df``: the idiom on the cluster, frames made with ``dctx`` (``dctx.sql``, ``dctx.table``);
 * ``sql``: the same query as one ``dctx.sql(...)`` statement;
 * ``df/sql``: the ratio the DataFrame API costs over SQL (target: at most 1.1);
-* ``recv``: bytes the coordinator received from the workers for the ``df`` form (the head
-  stage's output, from ``dctx.metrics``) against the result's Arrow size.
+* ``recv``: bytes the coordinator received from the workers for the ``df`` form (what the
+  head stage's network boundaries transferred, Arrow IPC) against the result's Arrow size.
 
 Every result is checked against single-node's.
 """
@@ -28,7 +28,8 @@ from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
 from benchmarks.tpch import RESULTS, best_times, machine
-from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, _internal, tpch
+from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 #: Makes frames: ``ctx`` single-node, or a ``DistributedContext`` (same methods).
@@ -174,18 +175,20 @@ def _same(got: pa.Table, expected: pa.Table, idiom: Idiom) -> bool:
 
 
 def received(dctx: DistributedContext, df: DataFrame) -> tuple[int, int]:
-    """Bytes and rows the coordinator read from the workers in ``df``'s latest run: the
-    output of the head stage, the one the coordinator reads (the highest stage number).
-    Bytes are the batches' memory (a slice counts its whole buffers)."""
-    records = [r for r in dctx.metrics(df) if r["ran_on"] == "workers"]
-    latest = max(r["attempt"] for r in records)
-    records = [r for r in records if r["attempt"] == latest]
-    head = max(r["stage"] for r in records)
-    head_tasks = [r for r in records if r["stage"] == head]
-    return (
-        sum(r["output_bytes"] or 0 for r in head_tasks),
-        sum(r["output_rows"] or 0 for r in head_tasks),
-    )
+    """Bytes and rows the coordinator read from the workers in ``df``'s latest run: what the
+    network boundaries of the coordinator's head stage transferred (Arrow IPC on the wire)."""
+    source = source_of(df)
+    assert isinstance(source, _internal.DistributedPlan)
+    boundaries = [
+        metrics
+        for name, _, stage, metrics in source.operator_metrics()
+        if stage == 0 and name.startswith("[Stage")
+    ]
+    total = {
+        what: sum(v or 0 for rows in boundaries for n, v, *_ in rows if n == what)
+        for what in ("bytes_transferred", "output_rows")
+    }
+    return total["bytes_transferred"], total["output_rows"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {machine()}. Best of {args.repeat} turns, modes taking turns.",
         "`df`: the idiom with frames made by `dctx`; `sql`: the same query as one "
         "`dctx.sql()`; `recv`: bytes the coordinator received from workers for `df` "
-        "(head stage output) and the result's Arrow size.",
+        "(what the head stage's network boundaries transferred, Arrow IPC) and the result's "
+        "Arrow size.",
         "",
         "| cluster | idiom | single s | df s | sql s | df/single | df/sql | recv | result "
         "| equal |",
@@ -233,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
                     frame = frame.aggregate([], [f.count(lit(1))])  # what count() runs
                 result = frame.to_arrow_table()
                 recv, recv_rows = received(dctx, frame)
+                wire = f"{recv:,} B" if mode != "embedded" else "in process"
                 row = (
                     f"| {mode} | {idiom.name} | {best['single']:.3f} | {best['df']:.3f} | "
                     f"{best['sql']:.3f} | {best['df'] / best['single']:.2f} | "
-                    f"{best['df'] / best['sql']:.2f} | {recv:,} B, {recv_rows:,} rows | "
+                    f"{best['df'] / best['sql']:.2f} | {wire}, {recv_rows:,} rows | "
                     f"{result.nbytes:,} B, {result.num_rows:,} rows | "
                     f"{'yes' if equal else 'NO'} |"
                 )

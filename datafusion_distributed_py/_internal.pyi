@@ -107,9 +107,10 @@ class DistributedPlan:
     def task_metrics(self) -> list[MetricsRecord]:
         """Per-task records of the latest run, once every worker has reported."""
 
-    def operator_metrics(self) -> list[tuple[str, str, list[_MetricRow]]]:
+    def operator_metrics(self) -> list[tuple[str, str, int, list[_MetricRow]]]:
         """The latest run's metrics per operator, in pre-order with stages expanded:
-        ``(name, line, [(metric, value, timestamp_ns, partition, labels)])``."""
+        ``(name, line, stage, [(metric, value, timestamp_ns, partition, labels)])`` (stage 0:
+        the coordinator's)."""
 
     def set_retries(self, on: bool) -> None:
         """Lets a lost worker cost a retry of the query (default), or not (while writing)."""

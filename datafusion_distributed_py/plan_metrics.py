@@ -26,8 +26,8 @@ from datafusion.plan import ExecutionPlan, Metric, MetricsSet
 
 #: ``(metric name, value, timestamp in ns, partition, labels)`` as the core reports it.
 MetricRow = tuple[str, int | None, int | None, int | None, dict[str, str]]
-#: ``(operator name, one-line display, metrics)`` per operator of the run, in pre-order.
-Operator = tuple[str, str, Sequence[MetricRow]]
+#: ``(operator name, one-line display, stage, metrics)`` per operator of the run, in pre-order.
+Operator = tuple[str, str, int, Sequence[MetricRow]]
 
 
 class RunMetric(Metric):
@@ -131,7 +131,7 @@ def with_run_metrics(plan: ExecutionPlan, operators: Sequence[Operator]) -> Exec
 
     flatten(plan)
     lines = [n.display().strip() for n in nodes]
-    matches = _align(lines, [(name, line) for name, line, _ in operators])
+    matches = _align(lines, [(name, line) for name, line, _, _ in operators])
 
     position = iter(range(len(nodes)))
 
@@ -139,7 +139,7 @@ def with_run_metrics(plan: ExecutionPlan, operators: Sequence[Operator]) -> Exec
         i = next(position)
         children = [build(c) for c in node.children()]
         j = matches.get(i)
-        metrics = RunMetrics(operators[j][2]) if j is not None else node.metrics()
+        metrics = RunMetrics(operators[j][3]) if j is not None else node.metrics()
         return RunExecutionPlan(node, metrics, children)
 
     return build(plan)

@@ -15,6 +15,9 @@ use datafusion_distributed::{DistributedExec, DistributedLeafExec, NetworkBounda
 pub struct OperatorMetrics {
     pub name: String,
     pub line: String,
+    /// The stage that runs it (0: the coordinator's head; a network boundary is in the stage
+    /// that reads through it).
+    pub stage: usize,
     pub metrics: Vec<MetricRow>,
 }
 
@@ -33,13 +36,16 @@ pub struct MetricRow {
 pub fn operator_metrics(plan: &Arc<dyn ExecutionPlan>) -> Vec<OperatorMetrics> {
     let mut out = Vec::new();
     match plan.downcast_ref::<DistributedExec>() {
-        Some(_) => plan.children().into_iter().for_each(|c| walk(c, &mut out)),
-        None => walk(plan, &mut out),
+        Some(_) => plan
+            .children()
+            .into_iter()
+            .for_each(|c| walk(c, 0, &mut out)),
+        None => walk(plan, 0, &mut out),
     }
     out
 }
 
-fn walk(node: &Arc<dyn ExecutionPlan>, out: &mut Vec<OperatorMetrics>) {
+fn walk(node: &Arc<dyn ExecutionPlan>, stage: usize, out: &mut Vec<OperatorMetrics>) {
     // A leaf split into tasks stands for the operator it split.
     let shown = match node.downcast_ref::<DistributedLeafExec>() {
         Some(leaf) => displayable(leaf.original().as_ref()).one_line().to_string(),
@@ -56,16 +62,18 @@ fn walk(node: &Arc<dyn ExecutionPlan>, out: &mut Vec<OperatorMetrics>) {
     out.push(OperatorMetrics {
         name,
         line,
+        stage,
         metrics: metrics.unwrap_or_default(),
     });
     if let Some(boundary) = node.as_network_boundary() {
-        if let Some(stage) = boundary.input_stage().local_plan() {
-            walk(stage, out);
+        let input = boundary.input_stage();
+        if let Some(plan) = input.local_plan() {
+            walk(plan, input.num(), out);
         }
         return;
     }
     for child in node.children() {
-        walk(child, out);
+        walk(child, stage, out);
     }
 }
 

@@ -112,7 +112,8 @@ impl DistributedPlan {
     }
 
     /// The latest run's metrics per operator, in pre-order with stages expanded (see
-    /// `operator_metrics`): `(name, line, [(metric, value, timestamp_ns, partition, labels)])`;
+    /// `operator_metrics`): `(name, line, stage, [(metric, value, timestamp_ns, partition,
+    /// labels)])`;
     /// empty before a run.
     fn operator_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let Some((plan, _)) = self.table.last_run() else {
@@ -147,7 +148,7 @@ impl DistributedPlan {
                         (m.name, m.value, m.timestamp_ns, m.partition, labels).into_pyobject(py)
                     })
                     .collect::<PyResult<Vec<_>>>()?;
-                (op.name, op.line, rows).into_pyobject(py)
+                (op.name, op.line, op.stage, rows).into_pyobject(py)
             })
             .collect()
     }
