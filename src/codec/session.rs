@@ -13,7 +13,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use super::{field_metadata, scan_compression};
+use super::{field_metadata, scan_compression, task_merge};
 
 /// The session's own codec (imported over FFI), wrapped for three reasons.
 ///
@@ -26,7 +26,8 @@ use super::{field_metadata, scan_compression};
 ///   Python identity for some kinds (window functions).
 /// * What DataFusion's encoding leaves out travels beside the plan: a compressed file scan's
 ///   compression (`scan_compression`), and a marker to restore function results' field
-///   metadata on decoding (`field_metadata`).
+///   metadata on decoding (`field_metadata`); and our own node that merges a task's
+///   partitions for its file sink (`task_merge`).
 ///
 /// On a worker that refuses pickled code, a function that arrives with a payload is looked up
 /// by name among the worker's own functions (registered by its setup) instead, and refused
@@ -121,8 +122,11 @@ impl PhysicalExtensionCodec for SessionCodec {
         if let Some(scan) = scan_compression::decode(buf, inputs) {
             return scan;
         }
-        match field_metadata::decode(buf, inputs) {
-            Some(fragment) => fragment,
+        if let Some(fragment) = field_metadata::decode(buf, inputs) {
+            return fragment;
+        }
+        match task_merge::decode(buf, inputs) {
+            Some(merge) => merge,
             None => self.inner.try_decode(buf, inputs, ctx, converter),
         }
     }
@@ -133,8 +137,9 @@ impl PhysicalExtensionCodec for SessionCodec {
         buf: &mut Vec<u8>,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        let ours =
-            scan_compression::encode(&node, buf).or_else(|| field_metadata::encode(&node, buf));
+        let ours = scan_compression::encode(&node, buf)
+            .or_else(|| field_metadata::encode(&node, buf))
+            .or_else(|| task_merge::encode(&node, buf));
         match ours {
             Some(done) => done,
             None => self.inner.try_encode(node, buf, converter),

@@ -15,6 +15,7 @@ mod cooperative;
 mod generate_series;
 mod lost_in_transit;
 mod one_partition_scans;
+mod parallel_writes;
 mod scan_filters;
 mod window_sorts;
 
@@ -30,6 +31,7 @@ pub fn prepare(
     let plan = window_sorts::sort_all_partition_columns(plan)?;
     let plan = scan_filters::filter_scans_across_stages(plan, config)?;
     let plan = one_partition_scans::merge_split_scans(plan, config)?;
+    let plan = parallel_writes::write_from_every_task(plan)?;
     cooperative::yield_after_amplifiers(plan)
 }
 

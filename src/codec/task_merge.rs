@@ -1,0 +1,110 @@
+//! `MergeTaskPartitions`: a task's partitions merged into one, inside the task.
+//!
+//! A file sink wants one input partition. Merged by a `CoalescePartitionsExec`, the
+//! distributed planner would cut a stage there and bring every task's rows to one place to be
+//! written; merged by this node, which it does not know, each task writes its own share (see
+//! `plan_rewrites::parallel_writes`). It travels to workers as a marker with its input.
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{internal_err, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+
+const TAG: &[u8] = b"dfdpy.merge-task-partitions";
+
+#[derive(Debug)]
+pub struct MergeTaskPartitions {
+    input: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+}
+
+impl MergeTaskPartitions {
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(input.schema()),
+            Partitioning::UnknownPartitioning(1),
+            input.pipeline_behavior(),
+            input.boundedness(),
+        );
+        Self {
+            input,
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
+    node.downcast_ref::<MergeTaskPartitions>()?;
+    buf.extend_from_slice(TAG);
+    Some(Ok(()))
+}
+
+pub fn decode(
+    buf: &[u8],
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    if buf != TAG {
+        return None;
+    }
+    Some(match inputs {
+        [input] => Ok(Arc::new(MergeTaskPartitions::new(Arc::clone(input)))),
+        _ => internal_err!(
+            "MergeTaskPartitions came with {} inputs, not one",
+            inputs.len()
+        ),
+    })
+}
+
+impl DisplayAs for MergeTaskPartitions {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "MergeTaskPartitions")
+    }
+}
+
+impl ExecutionPlan for MergeTaskPartitions {
+    fn name(&self) -> &str {
+        "MergeTaskPartitions"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match (children.pop(), children.is_empty()) {
+            (Some(input), true) => Ok(Arc::new(Self::new(input))),
+            _ => internal_err!("MergeTaskPartitions merges one input"),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return internal_err!("MergeTaskPartitions has one partition, not {partition}");
+        }
+        CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, ctx)
+    }
+}

@@ -1,0 +1,175 @@
+"""Writes from every worker (issue 28): ``COPY ... TO`` and ``INSERT INTO`` a listing table
+write their files from each task of the last stage; the coordinator receives only counts.
+Each case against single-node's write of the same query, on both cluster kinds."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import assert_same_rows, is_distributed
+from datafusion import SessionContext
+
+from datafusion_distributed_py import DistributedConfig, DistributedContext
+
+ROWS = 40_000
+SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
+QUERY = "SELECT v, g, v * 2 AS w FROM t WHERE v % 5 <> 0"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("source")
+    for i in range(4):
+        values = range(i * ROWS // 4, (i + 1) * ROWS // 4)
+        t = pa.table({"v": pa.array(values, pa.int64()), "g": [f"g{v % 3}" for v in values]})
+        pq.write_table(t, root / f"{i}.parquet", row_group_size=1000)
+    return root
+
+
+def session(data: Path) -> SessionContext:
+    ctx = SessionContext()
+    ctx.register_parquet("t", str(data))
+    return ctx
+
+
+def read_back(path: Path, fmt: str, **kwargs) -> pa.Table:
+    """What stock single-node datafusion reads from a written directory."""
+    ctx = SessionContext()
+    read = {"parquet": ctx.read_parquet, "csv": ctx.read_csv, "json": ctx.read_json}[fmt]
+    return read(str(path) + "/", **kwargs).to_arrow_table()
+
+
+def writers(path: Path) -> set[str]:
+    """The sinks that wrote under ``path`` (DataFusion names a sink's files ``<write id>_<n>``,
+    or ``<write id>`` in a partition's directory)."""
+    names = (p.name for p in path.rglob("*") if p.is_file())
+    return {m.group(1) for n in names if (m := re.match(r"([A-Za-z0-9]{16})(_\d+)?\.", n))}
+
+
+def sink_stage_tasks(plan: str) -> int:
+    """Tasks of the stage that holds the sink (0: the sink is on the coordinator)."""
+    tasks = 0
+    for line in plan.splitlines():
+        if m := re.search(r"Stage \d+ ── tasks=(\d+)", line):
+            tasks = int(m.group(1))
+        elif "DataSinkExec" in line:
+            return tasks
+    return 0
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_copy_writes_from_every_task(data, workers, tmp_path, fmt):
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    copy = "COPY ({q}) TO '{p}/' STORED AS {f}"
+    single = ctx.sql(copy.format(q=QUERY, p=theirs, f=fmt)).to_pylist()
+    df = dctx.sql(copy.format(q=QUERY, p=ours, f=fmt))
+    plan = dctx.explain(df)
+    assert is_distributed(plan) and sink_stage_tasks(plan) >= 2, plan
+    assert df.to_pylist() == single  # the count of rows written
+    assert len(writers(ours)) >= 2, sorted(p.name for p in ours.iterdir())
+    assert_same_rows(read_back(ours, fmt), read_back(theirs, fmt), ordered=False)
+
+
+def test_partitioned_copy(data, workers, tmp_path):
+    """``PARTITIONED BY``: hive directories, each task writing its own files into them."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    copy = "COPY ({q}) TO '{p}/' STORED AS PARQUET PARTITIONED BY (g)"
+    single = ctx.sql(copy.format(q=QUERY, p=theirs)).to_pylist()
+    assert dctx.sql(copy.format(q=QUERY, p=ours)).to_pylist() == single
+    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+    assert len(writers(ours / "g=g0")) >= 2
+    part = pa.schema([("g", pa.string())])
+    back = read_back(ours, "parquet", table_partition_cols=[("g", pa.string())])
+    want = read_back(theirs, "parquet", table_partition_cols=[("g", pa.string())])
+    assert part.names[0] in back.column_names
+    assert_same_rows(back, want, ordered=False)
+
+
+def test_insert_into_an_external_table(data, workers, tmp_path):
+    """``INSERT INTO`` a listing table appends from every task; the rows read back are
+    single-node's after the same inserts."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    for name, where in (("ours", tmp_path / "ours"), ("theirs", tmp_path / "theirs")):
+        where.mkdir()
+        ctx.sql(
+            f"CREATE EXTERNAL TABLE {name} (v BIGINT, g VARCHAR, w BIGINT) "
+            f"STORED AS PARQUET LOCATION '{where}/'"
+        ).collect()
+    for _ in range(2):  # append, twice
+        single = ctx.sql(f"INSERT INTO theirs {QUERY}").to_pylist()
+        df = dctx.sql(f"INSERT INTO ours {QUERY}")
+        assert sink_stage_tasks(dctx.explain(df)) >= 2
+        assert df.to_pylist() == single
+    got = ctx.sql("SELECT * FROM ours").to_arrow_table()
+    assert_same_rows(got, ctx.sql("SELECT * FROM theirs").to_arrow_table(), ordered=False)
+    assert got.num_rows == 2 * single[0]["count"]
+
+
+def test_one_file_is_written_by_one_writer_and_explain_says_where(data, workers, tmp_path):
+    """A path naming one file keeps its meaning: one writer, on the coordinator."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    target = tmp_path / "one.parquet"
+    df = dctx.sql(f"COPY ({QUERY}) TO '{target}' STORED AS PARQUET")
+    plan = dctx.explain(df)
+    assert is_distributed(plan) and sink_stage_tasks(plan) == 0, plan
+    n = df.to_pylist()[0]["count"]
+    assert target.is_file() and pq.read_table(target).num_rows == n
+    assert n == ctx.sql(f"SELECT count(*) AS n FROM ({QUERY})").to_pylist()[0]["n"]
+
+
+def test_concurrent_writes_do_not_interfere(data, workers, tmp_path):
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    counts: dict[str, list[dict[str, int]]] = {}
+
+    def write(name: str, where: str) -> None:
+        copy = f"COPY ({where}) TO '{tmp_path / name}/' STORED AS PARQUET"
+        counts[name] = dctx.sql(copy).to_pylist()
+
+    runs = [
+        threading.Thread(target=write, args=("a", "SELECT * FROM t WHERE v < 30000")),
+        threading.Thread(target=write, args=("b", "SELECT * FROM t WHERE v >= 10000")),
+    ]
+    for r in runs:
+        r.start()
+    for r in runs:
+        r.join(timeout=120)
+    assert counts == {"a": [{"count": 30_000}], "b": [{"count": 30_000}]}
+    assert read_back(tmp_path / "a", "parquet").num_rows == 30_000
+    assert read_back(tmp_path / "b", "parquet").num_rows == 30_000
+
+
+def test_copy_to_an_object_store(workers):
+    """Tasks write straight to S3 (a real S3-compatible server) with the stores registered on
+    ``ctx``, which the workers receive."""
+    import boto3
+    from test_object_store import BUCKET, SECRET, moto_bucket, s3_store
+
+    with moto_bucket() as endpoint:
+        ctx = SessionContext()
+        ctx.register_object_store("s3://", s3_store(endpoint), BUCKET)
+        ctx.register_parquet("t", f"s3://{BUCKET}/t/")
+        dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+        q = "SELECT g, v FROM t WHERE v % 2 = 0"
+        df = dctx.sql(f"COPY ({q}) TO 's3://{BUCKET}/out/' STORED AS PARQUET")
+        assert sink_stage_tasks(dctx.explain(df)) >= 2
+        assert df.to_pylist() == [{"count": 750}]
+        got = ctx.read_parquet(f"s3://{BUCKET}/out/").to_arrow_table()
+        assert_same_rows(got, ctx.sql(q).to_arrow_table(), ordered=False)
+        s3 = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="key",
+            aws_secret_access_key=SECRET, region_name="us-east-1",
+        )  # fmt: skip
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="out/")["Contents"]]
+        assert len({k.split("/")[-1].split("_")[0] for k in keys}) >= 2, keys
