@@ -4,17 +4,24 @@ Each case against single-node's write of the same query, on both cluster kinds."
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_rows, is_distributed
-from datafusion import SessionContext
+from datafusion import SessionContext, udf
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    WorkerError,
+)
 
 ROWS = 40_000
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
@@ -74,6 +81,7 @@ def test_copy_writes_from_every_task(data, workers, tmp_path, fmt):
     assert is_distributed(plan) and sink_stage_tasks(plan) >= 2, plan
     assert df.to_pylist() == single  # the count of rows written
     assert len(writers(ours)) >= 2, sorted(p.name for p in ours.iterdir())
+    assert not [p for p in ours.iterdir() if p.name.startswith(".")]  # the run's dir is gone
     assert_same_rows(read_back(ours, fmt), read_back(theirs, fmt), ordered=False)
 
 
@@ -173,3 +181,78 @@ def test_copy_to_an_object_store(workers):
         )  # fmt: skip
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="out/")["Contents"]]
         assert len({k.split("/")[-1].split("_")[0] for k in keys}) >= 2, keys
+        assert not [k for k in keys if "/." in k], keys  # moved out of the run's directory
+
+
+def _slowly(a: pa.Array) -> pa.Array:
+    """A UDF taking 0.2 s a batch: a write that runs for several seconds."""
+    import time
+
+    time.sleep(0.2)
+    return a
+
+
+def _slow_session(data: Path) -> SessionContext:
+    ctx = session(data)
+    ctx.register_udf(udf(_slowly, [pa.int64()], pa.int64(), "volatile", name="slowly"))
+    ctx.sql("SET datafusion.execution.batch_size = 100").collect()
+    return ctx
+
+
+def _visible(target: Path) -> list[str]:
+    """What a reader of ``target`` would find, and what a run left behind."""
+    return sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+
+
+def _settle(target: Path, seconds: float = 5.0) -> list[str]:
+    """``_visible`` once an aborted run's clean-up (asynchronous) had time to finish."""
+    deadline = time.monotonic() + seconds
+    while _visible(target) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _visible(target)
+
+
+def test_a_worker_killed_mid_write_leaves_no_files(data, tmp_path):
+    """A write is never run twice: a worker lost mid-write fails it with a ``WorkerError``
+    naming the worker, and the files the other task wrote are removed."""
+    ctx = _slow_session(data)
+    target = tmp_path / "out"
+    with LocalCluster(2) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT, progress=False)
+        df = dctx.sql(f"COPY (SELECT slowly(v) AS v, g FROM t) TO '{target}/' STORED AS PARQUET")
+        outcome: list[BaseException | list] = []
+        runner = threading.Thread(target=lambda: _record(outcome, df.to_pylist))
+        runner.start()
+        time.sleep(2.0)
+        victim, lost = cluster.processes[1], cluster.urls[1]
+        victim.kill()
+        runner.join(timeout=60)
+        assert not runner.is_alive()
+    (got,) = outcome
+    assert isinstance(got, WorkerError), got
+    assert got.worker_url == lost
+    assert _settle(target) == []
+
+
+def test_an_interrupt_mid_write_leaves_no_partial_output(data, workers, tmp_path):
+    ctx = _slow_session(data)
+    target = tmp_path / "out"
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    df = dctx.sql(f"COPY (SELECT slowly(v) AS v, g FROM t) TO '{target}/' STORED AS PARQUET")
+    outcome: list[BaseException | list] = []
+    runner = threading.Thread(target=lambda: _record(outcome, df.to_pylist), daemon=True)
+    runner.start()
+    time.sleep(2.0)
+    assert runner.is_alive()
+    set_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    assert set_exc(ctypes.c_ulong(runner.ident), ctypes.py_object(KeyboardInterrupt)) == 1
+    runner.join(timeout=10)
+    assert [type(o) for o in outcome] == [KeyboardInterrupt]
+    assert _settle(target) == []
+
+
+def _record(outcome: list, run) -> None:
+    try:
+        outcome.append(run())
+    except BaseException as e:  # what the write raised is the test's subject
+        outcome.append(e)

@@ -9,6 +9,12 @@
 //! write id of its own, so tasks never collide. Left on the coordinator: one file
 //! (`single_file_output`), writes that replace what is there, sinks that have no serialised
 //! form, and inputs merged in order.
+//!
+//! The commit: tasks write under a directory private to this run, `<target>/.dfdpy-<id>/`
+//! (readers of the target skip subdirectories that are not `key=value` partitions). Once every
+//! task succeeded, the coordinator moves the files into place (a rename on filesystems, a copy
+//! and delete on object stores); if any failed or the run is dropped (Ctrl-C), the run's
+//! directory is removed, and nothing of it is left in the target.
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -19,20 +25,22 @@ use datafusion::common::{internal_err, Result};
 use datafusion::datasource::file_format::csv::CsvSink;
 use datafusion::datasource::file_format::json::JsonSink;
 use datafusion::datasource::file_format::parquet::ParquetSink;
+use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::datasource::physical_plan::{FileSink, FileSinkConfig};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::execution_plan::{
-    replace_children_if_necessary, Boundedness, EmissionType,
-};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use crate::codec::MergeTaskPartitions;
 
@@ -57,10 +65,113 @@ pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Exe
         None if input.output_partitioning().partition_count() == 1 => Arc::clone(input),
         None => return Ok(plan),
     };
+    let Some((staged_sink, staging)) = staged(sink.sink(), config)? else {
+        return Ok(plan);
+    };
     let per_task = Arc::new(MergeTaskPartitions::new(rows)) as Arc<dyn ExecutionPlan>;
-    let sinks = replace_children_if_necessary(Arc::clone(&plan), vec![per_task])?;
+    let sinks = Arc::new(DataSinkExec::new(
+        per_task,
+        staged_sink,
+        sink.sort_order().clone(),
+    ));
     let gathered = Arc::new(CoalescePartitionsExec::new(sinks));
-    Ok(Arc::new(SumCounts::new(gathered)))
+    Ok(Arc::new(SumCounts::new(gathered, Some(staging))))
+}
+
+/// Where a run's files wait until every task has written: `<target>/.dfdpy-<id>/`.
+#[derive(Debug, Clone)]
+pub struct Staging {
+    store: ObjectStoreUrl,
+    target: ObjectPath,
+    private: ObjectPath,
+}
+
+/// The same sink writing under a directory of this run's own.
+fn staged(
+    sink: &dyn DataSink,
+    config: &FileSinkConfig,
+) -> Result<Option<(Arc<dyn DataSink>, Staging)>> {
+    let target = &config.table_paths[0];
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let base = target.as_str().trim_end_matches('/');
+    let private_url = ListingTableUrl::parse(format!("{base}/.dfdpy-{id}/"))?;
+    let staging = Staging {
+        store: config.object_store_url.clone(),
+        target: target.prefix().clone(),
+        private: private_url.prefix().clone(),
+    };
+    let mut moved = config.clone();
+    moved.table_paths = vec![private_url];
+    let any = sink as &dyn Any;
+    let sink: Arc<dyn DataSink> = if let Some(s) = any.downcast_ref::<ParquetSink>() {
+        Arc::new(ParquetSink::new(moved, s.parquet_options().clone()))
+    } else if let Some(s) = any.downcast_ref::<CsvSink>() {
+        Arc::new(CsvSink::new(moved, s.writer_options().clone()))
+    } else if let Some(s) = any.downcast_ref::<JsonSink>() {
+        Arc::new(JsonSink::new(moved, s.writer_options().clone()))
+    } else {
+        return Ok(None);
+    };
+    Ok(Some((sink, staging)))
+}
+
+impl Staging {
+    /// Moves every file of the run into the target, keeping its path below the run's
+    /// directory (partition directories), then removes the run's directory.
+    async fn commit(&self, store: &Arc<dyn ObjectStore>) -> Result<()> {
+        let files: Vec<ObjectMeta> = store.list(Some(&self.private)).try_collect().await?;
+        for file in files {
+            let Some(below) = file.location.prefix_match(&self.private) else {
+                continue;
+            };
+            let to = below.fold(self.target.clone(), |path, part| path.join(part));
+            store.rename(&file.location, &to).await?;
+        }
+        self.remove_directory();
+        Ok(())
+    }
+
+    /// Deletes what the run wrote (best effort: an abort is reported by its own error).
+    async fn abort(&self, store: &Arc<dyn ObjectStore>) {
+        let files: Vec<ObjectMeta> = match store.list(Some(&self.private)).try_collect().await {
+            Ok(files) => files,
+            Err(e) => return log::warn!("cannot list a failed write's files to remove them: {e}"),
+        };
+        for file in files {
+            if let Err(e) = store.delete(&file.location).await {
+                log::warn!("cannot remove {} of a failed write: {e}", file.location);
+            }
+        }
+        self.remove_directory();
+    }
+
+    /// A filesystem keeps the emptied directories, which an object store does not have.
+    fn remove_directory(&self) {
+        if self.store.as_str().starts_with("file://") {
+            let dir = std::path::Path::new("/").join(self.private.as_ref());
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Removes a run's files if it is dropped before it committed (Ctrl-C, a failed task).
+struct AbortUnlessCommitted {
+    staging: Staging,
+    store: Arc<dyn ObjectStore>,
+    committed: bool,
+}
+
+impl Drop for AbortUnlessCommitted {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let (staging, store) = (self.staging.clone(), Arc::clone(&self.store));
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn(async move { staging.abort(&store).await })),
+            Err(_) => crate::runtime::handle().block_on(async move { staging.abort(&store).await }),
+        }
+    }
 }
 
 /// The file sinks whose plans DataFusion 55 serialises (to run on workers).
@@ -80,10 +191,12 @@ fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
 pub struct SumCounts {
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
+    /// The run's files to move into place once every task wrote its own.
+    staging: Option<Staging>,
 }
 
 impl SumCounts {
-    fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+    fn new(input: Arc<dyn ExecutionPlan>, staging: Option<Staging>) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(input.schema()),
             Partitioning::UnknownPartitioning(1),
@@ -93,6 +206,7 @@ impl SumCounts {
         Self {
             input,
             properties: Arc::new(properties),
+            staging,
         }
     }
 }
@@ -128,7 +242,7 @@ impl ExecutionPlan for SumCounts {
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(Self::new(input))),
+            (Some(input), true) => Ok(Arc::new(Self::new(input, self.staging.clone()))),
             _ => internal_err!("SumCounts adds up one input"),
         }
     }
@@ -142,10 +256,23 @@ impl ExecutionPlan for SumCounts {
             return internal_err!("SumCounts has one partition, not {partition}");
         }
         let schema = self.schema();
+        let guard = match &self.staging {
+            Some(staging) => Some(AbortUnlessCommitted {
+                store: ctx.runtime_env().object_store(&staging.store)?,
+                staging: staging.clone(),
+                committed: false,
+            }),
+            None => None,
+        };
         let counts = self.input.execute(0, ctx)?;
         let out_schema = Arc::clone(&schema);
         let total = futures::stream::once(async move {
+            let mut guard = guard;
             let batches: Vec<RecordBatch> = counts.try_collect().await?;
+            if let Some(guard) = guard.as_mut() {
+                guard.staging.commit(&guard.store).await?;
+                guard.committed = true;
+            }
             let mut sum = 0u64;
             for batch in &batches {
                 let Some(column) = batch.column(0).as_any().downcast_ref::<UInt64Array>() else {
