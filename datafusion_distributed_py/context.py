@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
@@ -295,6 +296,21 @@ class DistributedContext:
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
         return self._distribute(df, f"{maker}({first})")
 
+    def _copy(self, twin: DataFrame, path: str, stored_as: str, options: dict[str, str]) -> None:
+        """Writes ``twin``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each task
+        writing its own files (what ``write_parquet/csv/json`` of a distributed frame run)."""
+        view = f"__dfdpy_write_{uuid.uuid4().hex}"
+        self._ctx.register_view(view, twin)
+        try:
+            quoted = ", ".join(f"'{k}' '{_sql_str(v)}'" for k, v in options.items())
+            with_options = f" OPTIONS ({quoted})" if options else ""
+            self.sql(
+                f"COPY (SELECT * FROM {view}) TO '{_sql_str(path)}' STORED AS {stored_as}"
+                f"{with_options}"
+            ).collect()
+        finally:
+            self._ctx.deregister_table(view)
+
     def _plans_steps_at_once(self) -> bool:
         """DataFrame-API steps are planned when their frame is first used (a chain plans
         once); with ``fallback="error"`` at once, so that a refusal is raised at the step."""
@@ -463,6 +479,11 @@ class DistributedContext:
 
     def __repr__(self) -> str:
         return f"DistributedContext(workers={self.worker_urls!r})"
+
+
+def _sql_str(text: str) -> str:
+    """``text`` inside a SQL string literal."""
+    return text.replace("'", "''")
 
 
 def _security_for(workers: Workers, security: Security | None) -> Security | None:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, RecordBatch
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
+from datafusion.dataframe import Compression
 from datafusion.record_batch import RecordBatchStream
 
 from datafusion_distributed_py import _internal, plan_metrics
@@ -264,6 +265,58 @@ def _execution_plan(df: DataFrame) -> ExecutionPlan:
     return plan_metrics.with_run_metrics(plan, operators) if operators else plan
 
 
+def _write_parquet(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
+    """As single-node's ``write_parquet``; with its defaults (no ``write_options``, a codec
+    given by name), each task writes its own files (``COPY ... TO``); otherwise the
+    coordinator writes the distributed result, as every option is then honoured."""
+    bound = _bind(DataFrame.write_parquet, df, path, *args, **kwargs)
+    compression, level = bound.get("compression", "zstd"), bound.get("compression_level")
+    if bound.get("write_options") is not None or not isinstance(compression, (str, Compression)):
+        return _ON_FRAME["write_parquet"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
+    codec = Compression.from_str(compression) if isinstance(compression, str) else compression
+    if level is None:
+        level = codec.get_default_level()
+    named = codec.value if level is None else f"{codec.value}({level})"
+    _copy(df, "write_parquet", path, "PARQUET", {"format.compression": named})
+    return None
+
+
+def _write_csv(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
+    """As single-node's ``write_csv``; without ``write_options`` each task writes."""
+    bound = _bind(DataFrame.write_csv, df, path, *args, **kwargs)
+    if bound.get("write_options") is not None:
+        return _ON_FRAME["write_csv"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
+    header = "true" if bound.get("with_header", False) else "false"
+    _copy(df, "write_csv", path, "CSV", {"format.has_header": header})
+    return None
+
+
+def _write_json(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
+    """As single-node's ``write_json``; without ``write_options`` each task writes."""
+    bound = _bind(DataFrame.write_json, df, path, *args, **kwargs)
+    if bound.get("write_options") is not None:
+        return _ON_FRAME["write_json"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
+    _copy(df, "write_json", path, "JSON", {})
+    return None
+
+
+def _bind(method: Callable[..., Any], df: DataFrame, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The arguments of a call of ``method``, by name (raising as the method would on a
+    wrong call)."""
+    return dict(inspect.signature(method).bind(df, *args, **kwargs).arguments)
+
+
+def _copy(df: DataFrame, name: str, path: Any, stored_as: str, options: dict[str, str]) -> None:
+    twin, owner, _ = _lineage_of(df)
+    try:
+        owner._copy(twin, str(path), stored_as, options)
+    except Exception as e:  # the write's own errors read as single-node's
+        clean = translate(e)
+        if clean is None:
+            raise
+        raise clean from None
+
+
 #: The methods that run the query (each run is a query of the monitor); ``count`` runs its
 #: counting frame, which records itself.
 _RUNS = frozenset({
@@ -347,6 +400,9 @@ _COMPOSED: dict[str, Callable[..., Any]] = {
     "collect_column": _collect_column,
     "explain": _explain,
     "execution_plan": _execution_plan,
+    "write_parquet": _write_parquet,
+    "write_csv": _write_csv,
+    "write_json": _write_json,
 }
 
 
@@ -391,6 +447,9 @@ class Distributor(Protocol):
     def _distribute(self, df: DataFrame, sql: str) -> DataFrame: ...
 
     def _plans_steps_at_once(self) -> bool: ...
+
+    def _copy(self, twin: DataFrame, path: str, stored_as: str, options: dict[str, str]) -> None:
+        ...
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_rows, is_distributed
-from datafusion import SessionContext, udf
+from datafusion import SessionContext, col, udf
 
 from datafusion_distributed_py import (
     DistributedConfig,
@@ -256,3 +256,33 @@ def _record(outcome: list, run) -> None:
         outcome.append(run())
     except BaseException as e:  # what the write raised is the test's subject
         outcome.append(e)
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "fmt"),
+    [
+        ("write_parquet", {}, "parquet"),
+        ("write_parquet", {"compression": "snappy"}, "parquet"),
+        ("write_parquet", {"compression": "gzip", "compression_level": 3}, "parquet"),
+        ("write_csv", {"with_header": True}, "csv"),
+        ("write_json", {}, "json"),
+    ],
+)
+def test_write_methods_of_distributed_frames(data, workers, tmp_path, method, kwargs, fmt):
+    """``df.write_parquet/csv/json(dir)`` of a returned (or derived) frame writes from every
+    task, with the options single-node honours (the codec, the header)."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    getattr(ctx.sql(QUERY).filter(col("v") > 10), method)(str(theirs), **kwargs)
+    getattr(dctx.sql(QUERY).filter(col("v") > 10), method)(str(ours), **kwargs)
+    assert len(writers(ours)) >= 2
+    read = {"has_header": kwargs.get("with_header", False)} if fmt == "csv" else {}
+    assert_same_rows(read_back(ours, fmt, **read), read_back(theirs, fmt, **read), ordered=False)
+    if fmt == "parquet":
+
+        def codec(d: Path) -> str:
+            first = next(p for p in d.rglob("*.parquet"))
+            return pq.ParquetFile(first).metadata.row_group(0).column(0).compression
+
+        assert codec(ours) == codec(theirs)
