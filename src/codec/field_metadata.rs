@@ -15,13 +15,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{internal_err, Result};
+use datafusion::common::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+
+use super::our_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.metadata-repair";
 
@@ -167,13 +169,7 @@ pub fn decode(
     if buf != TAG {
         return None;
     }
-    Some(match inputs {
-        [fragment] => restore_field_metadata(Arc::clone(fragment)),
-        _ => internal_err!(
-            "a metadata repair marker came with {} plans, not one",
-            inputs.len()
-        ),
-    })
+    Some(only(inputs, "MetadataRepair").and_then(restore_field_metadata))
 }
 
 impl DisplayAs for MetadataRepair {
@@ -204,12 +200,9 @@ impl ExecutionPlan for MetadataRepair {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(child), true) => Ok(mark(child)),
-            _ => internal_err!("MetadataRepair marks one plan"),
-        }
+        only(&children, "MetadataRepair").map(mark)
     }
 
     fn execute(

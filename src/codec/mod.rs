@@ -33,6 +33,7 @@ macro_rules! forward_node_codec {
 
 mod field_metadata;
 mod fragment;
+mod our_nodes;
 mod scan_compression;
 mod session;
 mod task_merge;

@@ -22,6 +22,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 
 /// What starts an encoded `ScanCompression` (the session codec's other nodes are datafusion-
 /// python's, which never start so).
+use super::our_nodes::only;
+
 const TAG: &[u8] = b"dfdpy.scan-compression:";
 
 #[derive(Debug)]
@@ -75,12 +77,7 @@ fn with_compression(
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let compression = FileCompressionType::from_str(&String::from_utf8_lossy(name))?;
-    let [scan] = inputs else {
-        return internal_err!(
-            "a scan's compression came with {} plans, not one",
-            inputs.len()
-        );
-    };
+    let scan = only(inputs, "ScanCompression")?;
     let Some(config) = scan
         .downcast_ref::<DataSourceExec>()
         .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
@@ -124,15 +121,13 @@ impl ExecutionPlan for ScanCompression {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(scan), true) => Ok(Arc::new(Self {
-                scan,
-                compression: self.compression,
-            })),
-            _ => internal_err!("ScanCompression wraps one scan"),
-        }
+        let scan = only(&children, "ScanCompression")?;
+        Ok(Arc::new(Self {
+            scan,
+            compression: self.compression,
+        }))
     }
 
     fn execute(

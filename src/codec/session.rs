@@ -13,7 +13,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use super::{field_metadata, scan_compression, task_merge};
+use super::our_nodes;
 
 /// The session's own codec (imported over FFI), wrapped for three reasons.
 ///
@@ -119,14 +119,8 @@ impl PhysicalExtensionCodec for SessionCodec {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if let Some(scan) = scan_compression::decode(buf, inputs) {
-            return scan;
-        }
-        if let Some(fragment) = field_metadata::decode(buf, inputs) {
-            return fragment;
-        }
-        match task_merge::decode(buf, inputs) {
-            Some(merge) => merge,
+        match our_nodes::decode(buf, inputs) {
+            Some(ours) => ours,
             None => self.inner.try_decode(buf, inputs, ctx, converter),
         }
     }
@@ -137,10 +131,7 @@ impl PhysicalExtensionCodec for SessionCodec {
         buf: &mut Vec<u8>,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        let ours = scan_compression::encode(&node, buf)
-            .or_else(|| field_metadata::encode(&node, buf))
-            .or_else(|| task_merge::encode(&node, buf));
-        match ours {
+        match our_nodes::encode(&node, buf) {
             Some(done) => done,
             None => self.inner.try_encode(node, buf, converter),
         }

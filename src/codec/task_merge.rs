@@ -16,6 +16,8 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 
+use super::our_nodes::only;
+
 const TAG: &[u8] = b"dfdpy.merge-task-partitions";
 
 #[derive(Debug)]
@@ -52,13 +54,10 @@ pub fn decode(
     if buf != TAG {
         return None;
     }
-    Some(match inputs {
-        [input] => Ok(Arc::new(MergeTaskPartitions::new(Arc::clone(input)))),
-        _ => internal_err!(
-            "MergeTaskPartitions came with {} inputs, not one",
-            inputs.len()
-        ),
-    })
+    Some(
+        only(inputs, "MergeTaskPartitions")
+            .map(|input| Arc::new(MergeTaskPartitions::new(input)) as _),
+    )
 }
 
 impl DisplayAs for MergeTaskPartitions {
@@ -89,12 +88,10 @@ impl ExecutionPlan for MergeTaskPartitions {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(Self::new(input))),
-            _ => internal_err!("MergeTaskPartitions merges one input"),
-        }
+        let input = only(&children, "MergeTaskPartitions")?;
+        Ok(Arc::new(Self::new(input)))
     }
 
     fn execute(

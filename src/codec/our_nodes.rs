@@ -1,0 +1,39 @@
+//! Our own plan nodes in fragments, in one place for the session codec: each is written as a
+//! tag (and its own data) with its children encoded as usual, and read back by the module
+//! that owns it.
+use std::sync::Arc;
+
+use datafusion::common::{internal_err, Result};
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::{field_metadata, scan_compression, task_merge};
+
+type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
+type Decode = fn(&[u8], &[Arc<dyn ExecutionPlan>]) -> Option<Result<Arc<dyn ExecutionPlan>>>;
+
+const NODES: [(Encode, Decode); 3] = [
+    (scan_compression::encode, scan_compression::decode),
+    (field_metadata::encode, field_metadata::decode),
+    (task_merge::encode, task_merge::decode),
+];
+
+/// Writes `node` if it is one of ours.
+pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
+    NODES.iter().find_map(|(encode, _)| encode(node, buf))
+}
+
+/// The plan `buf` and its decoded children stand for, if `buf` is one of ours.
+pub fn decode(
+    buf: &[u8],
+    children: &[Arc<dyn ExecutionPlan>],
+) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    NODES.iter().find_map(|(_, decode)| decode(buf, children))
+}
+
+/// The one plan a node of ours (`what`) wraps, among `plans` (its children, decoded or new).
+pub fn only(plans: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    match plans {
+        [plan] => Ok(Arc::clone(plan)),
+        _ => internal_err!("{what} wraps one plan, not {}", plans.len()),
+    }
+}
