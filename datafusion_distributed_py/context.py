@@ -296,7 +296,14 @@ class DistributedContext:
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
         return self._distribute(df, f"{maker}({first})")
 
-    def _copy(self, twin: DataFrame, path: str, stored_as: str, options: dict[str, str]) -> None:
+    def _copy(
+        self,
+        twin: DataFrame,
+        path: str,
+        stored_as: str,
+        options: dict[str, str],
+        partition_by: tuple[str, ...] = (),
+    ) -> None:
         """Writes ``twin``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each task
         writing its own files (what ``write_parquet/csv/json`` of a distributed frame run)."""
         view = f"__dfdpy_write_{uuid.uuid4().hex}"
@@ -304,9 +311,10 @@ class DistributedContext:
         try:
             quoted = ", ".join(f"'{k}' '{_sql_str(v)}'" for k, v in options.items())
             with_options = f" OPTIONS ({quoted})" if options else ""
+            partitioned = f" PARTITIONED BY ({', '.join(partition_by)})" if partition_by else ""
             self.sql(
                 f"COPY (SELECT * FROM {view}) TO '{_sql_str(path)}' STORED AS {stored_as}"
-                f"{with_options}"
+                f"{partitioned}{with_options}"
             ).collect()
         finally:
             self._ctx.deregister_table(view)
@@ -606,6 +614,13 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
             "in-memory table) and cannot run on workers; run it with ctx.sql(...).collect() "
             "instead."
         )
+    elif isinstance(root, CopyTo) and "Arrow" in str(root.file_type()):
+        where = f" (it writes Arrow IPC files to {root.output_url()})"
+        hint = (
+            "The datafusion 55 wheel cannot serialise an Arrow IPC file sink, so COPY ... STORED "
+            "AS ARROW is written single-node; STORED AS PARQUET, CSV or JSON is written from "
+            "every worker."
+        )
     elif blocked:
         where = f" (tables that cannot be sent to workers: {named})"
         if "avro" in kinds:
@@ -620,9 +635,11 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
                 "cannot be sent to workers; register the files with register_parquet/"
                 "register_csv instead, or run the query single-node with ctx.sql(...)."
             )
+    # DataFusion's internal-error footer asks for a bug report: not the user's next step here.
+    cause = str(err).split("\nThis issue was likely caused by a bug")[0]
     return UnsupportedTableError(
         f"this query cannot be distributed: part of its plan cannot be sent to workers{where}. "
-        f"{hint} Cause: {err}"
+        f"{hint} Cause: {cause}"
     )
 
 

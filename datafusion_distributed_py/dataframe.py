@@ -35,10 +35,9 @@ import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, RecordBatch
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
-from datafusion.dataframe import Compression
 from datafusion.record_batch import RecordBatchStream
 
-from datafusion_distributed_py import _internal, plan_metrics
+from datafusion_distributed_py import _internal, plan_metrics, write_options
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.monitor import MONITOR, Feed
 
@@ -266,37 +265,61 @@ def _execution_plan(df: DataFrame) -> ExecutionPlan:
 
 
 def _write_parquet(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
-    """As single-node's ``write_parquet``; with its defaults (no ``write_options``, a codec
-    given by name), each task writes its own files (``COPY ... TO``); otherwise the
-    coordinator writes the distributed result, as every option is then honoured."""
+    """As single-node's ``write_parquet``: each task writes its own files (the equivalent
+    ``COPY ... TO``, see ``write_options``); ``single_file_output`` or an insert operation
+    other than append on the coordinator, as single-node writes them."""
     bound = _bind(DataFrame.write_parquet, df, path, *args, **kwargs)
-    compression, level = bound.get("compression", "zstd"), bound.get("compression_level")
-    if bound.get("write_options") is not None or not isinstance(compression, (str, Compression)):
-        return _ON_FRAME["write_parquet"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
-    codec = Compression.from_str(compression) if isinstance(compression, str) else compression
-    if level is None:
-        level = codec.get_default_level()
-    named = codec.value if level is None else f"{codec.value}({level})"
-    _copy(df, "write_parquet", path, "PARQUET", {"format.compression": named})
-    return None
+    options = write_options.parquet_options(
+        bound.get("compression", "zstd"), bound.get("compression_level")
+    )
+    return _write(df, "write_parquet", path, "PARQUET", options, bound, args, kwargs)
+
+
+def _write_parquet_with_options(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
+    """As single-node's ``write_parquet_with_options``, written as in ``_write_parquet``."""
+    bound = _bind(DataFrame.write_parquet_with_options, df, path, *args, **kwargs)
+    options = write_options.writer_options(bound["options"])
+    return _write(df, "write_parquet_with_options", path, "PARQUET", options, bound, args, kwargs)
 
 
 def _write_csv(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
-    """As single-node's ``write_csv``; without ``write_options`` each task writes."""
+    """As single-node's ``write_csv``, written as in ``_write_parquet``."""
     bound = _bind(DataFrame.write_csv, df, path, *args, **kwargs)
-    if bound.get("write_options") is not None:
-        return _ON_FRAME["write_csv"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
-    header = "true" if bound.get("with_header", False) else "false"
-    _copy(df, "write_csv", path, "CSV", {"format.has_header": header})
-    return None
+    header = {"format.has_header": "true" if bound.get("with_header", False) else "false"}
+    return _write(df, "write_csv", path, "CSV", header, bound, args, kwargs)
 
 
 def _write_json(df: DataFrame, path: Any, *args: Any, **kwargs: Any) -> None:
-    """As single-node's ``write_json``; without ``write_options`` each task writes."""
+    """As single-node's ``write_json``, written as in ``_write_parquet``."""
     bound = _bind(DataFrame.write_json, df, path, *args, **kwargs)
-    if bound.get("write_options") is not None:
-        return _ON_FRAME["write_json"](df, path, *args, **kwargs)  # type: ignore[no-any-return]
-    _copy(df, "write_json", path, "JSON", {})
+    return _write(df, "write_json", path, "JSON", {}, bound, args, kwargs)
+
+
+def _write(
+    df: DataFrame,
+    name: str,
+    path: Any,
+    stored_as: str,
+    options: dict[str, str] | None,
+    bound: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Writes from every task when the write is a ``COPY``; otherwise the coordinator writes
+    the distributed result with single-node's own method (honouring every option)."""
+    twin, owner, _ = _lineage_of(df)
+    copy = None
+    if options is not None:
+        copy = write_options.as_copy(twin, options, bound.get("write_options"))
+    if copy is None:
+        return _ON_FRAME[name](df, path, *args, **kwargs)  # type: ignore[no-any-return]
+    try:
+        owner._copy(copy.frame, str(path), stored_as, copy.options, copy.partition_by)
+    except Exception as e:  # the write's own errors read as single-node's
+        clean = translate(e)
+        if clean is None:
+            raise
+        raise clean from None
     return None
 
 
@@ -304,17 +327,6 @@ def _bind(method: Callable[..., Any], df: DataFrame, *args: Any, **kwargs: Any) 
     """The arguments of a call of ``method``, by name (raising as the method would on a
     wrong call)."""
     return dict(inspect.signature(method).bind(df, *args, **kwargs).arguments)
-
-
-def _copy(df: DataFrame, name: str, path: Any, stored_as: str, options: dict[str, str]) -> None:
-    twin, owner, _ = _lineage_of(df)
-    try:
-        owner._copy(twin, str(path), stored_as, options)
-    except Exception as e:  # the write's own errors read as single-node's
-        clean = translate(e)
-        if clean is None:
-            raise
-        raise clean from None
 
 
 #: The methods that run the query (each run is a query of the monitor); ``count`` runs its
@@ -403,6 +415,7 @@ _COMPOSED: dict[str, Callable[..., Any]] = {
     "write_parquet": _write_parquet,
     "write_csv": _write_csv,
     "write_json": _write_json,
+    "write_parquet_with_options": _write_parquet_with_options,
 }
 
 
@@ -448,8 +461,14 @@ class Distributor(Protocol):
 
     def _plans_steps_at_once(self) -> bool: ...
 
-    def _copy(self, twin: DataFrame, path: str, stored_as: str, options: dict[str, str]) -> None:
-        ...
+    def _copy(
+        self,
+        twin: DataFrame,
+        path: str,
+        stored_as: str,
+        options: dict[str, str],
+        partition_by: tuple[str, ...] = (),
+    ) -> None: ...
 
 
 @dataclass(frozen=True)

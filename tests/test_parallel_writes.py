@@ -5,6 +5,7 @@ Each case against single-node's write of the same query, on both cluster kinds."
 from __future__ import annotations
 
 import ctypes
+import logging
 import re
 import threading
 import time
@@ -14,13 +15,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_rows, is_distributed
-from datafusion import SessionContext, col, udf
+from datafusion import DataFrameWriteOptions, InsertOp, SessionContext, col, udf
+from datafusion.dataframe import ParquetColumnOptions, ParquetWriterOptions
 
 from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
     LocalCluster,
     WorkerError,
+    ran_on,
 )
 
 ROWS = 40_000
@@ -286,3 +289,147 @@ def test_write_methods_of_distributed_frames(data, workers, tmp_path, method, kw
             return pq.ParquetFile(first).metadata.row_group(0).column(0).compression
 
         assert codec(ours) == codec(theirs)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"partition_by": "g"},
+        {"partition_by": ["g"], "sort_by": col("v").sort(ascending=False)},
+        {"insert_operation": InsertOp.APPEND},
+    ],
+    ids=["partition_by", "partition_and_sort", "append"],
+)
+def test_write_options_are_honoured_from_every_task(data, workers, tmp_path, options):
+    """``write_options`` that ``COPY`` can express are written from every task: partition_by
+    as ``PARTITIONED BY`` (each task its own files in each directory), sort_by as a sort
+    before the sink, append as single-node appends."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    ctx.sql(QUERY).write_parquet(str(theirs), write_options=DataFrameWriteOptions(**options))
+    dctx.sql(QUERY).write_parquet(str(ours), write_options=DataFrameWriteOptions(**options))
+    partitioned = "partition_by" in options
+    if partitioned:  # the same hive directories
+        assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+    cols = {"table_partition_cols": [("g", pa.string())]} if partitioned else {}
+    back, want = read_back(ours, "parquet", **cols), read_back(theirs, "parquet", **cols)
+    assert_same_rows(back, want, ordered=False)
+    if partitioned and "sort_by" not in options:
+        assert len(writers(ours / "g=g0")) >= 2
+    elif "sort_by" not in options:
+        assert len(writers(ours)) >= 2
+
+
+def test_parquet_writer_options_from_every_task(data, workers, tmp_path):
+    """``write_parquet_with_options`` (and ``write_parquet(compression=ParquetWriterOptions)``):
+    each field means what it means single-node (here row-group size, codec, a column's own
+    codec), each task writing."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    options = ParquetWriterOptions(
+        max_row_group_size=500,
+        compression="snappy",
+        column_specific_options={"g": ParquetColumnOptions(compression="gzip(4)")},
+    )
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    ctx.sql(QUERY).write_parquet_with_options(str(theirs), options)
+    dctx.sql(QUERY).write_parquet_with_options(str(ours), options)
+    assert len(writers(ours)) >= 2
+    assert_same_rows(read_back(ours, "parquet"), read_back(theirs, "parquet"), ordered=False)
+
+    def layout(d: Path) -> set[tuple[str, str, bool]]:
+        seen = set()
+        for file in d.glob("*.parquet"):
+            meta = pq.ParquetFile(file).metadata
+            for i in range(meta.num_row_groups):
+                group = meta.row_group(i)
+                for c in range(group.num_columns):
+                    column = group.column(c)
+                    seen.add((column.path_in_schema, column.compression, group.num_rows <= 500))
+        return seen
+
+    assert layout(ours) == layout(theirs) == {
+        ("v", "SNAPPY", True), ("w", "SNAPPY", True), ("g", "GZIP", True),
+    }  # fmt: skip
+    again = tmp_path / "again"
+    dctx.sql(QUERY).write_parquet(str(again), compression=options)
+    assert layout(again) == layout(theirs)
+
+
+def test_single_file_output_is_one_writer(data, workers, tmp_path):
+    """``single_file_output``: one file, as single-node writes it (the coordinator writes the
+    distributed result: one writer is the point)."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    one = DataFrameWriteOptions(single_file_output=True)
+    ours, theirs = tmp_path / "ours.parquet", tmp_path / "theirs.parquet"
+    ctx.sql(QUERY).write_parquet(str(theirs), write_options=one)
+    df = dctx.sql(QUERY)
+    df.write_parquet(str(ours), write_options=one)
+    assert ours.is_file()
+    assert_same_rows(pq.read_table(ours), pq.read_table(theirs), ordered=False)
+    assert ran_on(df) != "coordinator"  # the query itself ran distributed
+
+
+def test_overwrite_raises_as_single_node(data, workers, tmp_path, caplog):
+    """Single-node refuses to overwrite Parquet tables and directories; so does a distributed
+    write, with single-node's error, and nothing is written."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    target = tmp_path / "table"
+    target.mkdir()
+    ctx.sql(
+        f"CREATE EXTERNAL TABLE x (v BIGINT, g VARCHAR, w BIGINT) "
+        f"STORED AS PARQUET LOCATION '{target}/'"
+    ).collect()
+
+    def error(run) -> str:
+        with pytest.raises(Exception) as caught:
+            run()
+        return f"{type(caught.value).__name__}: {caught.value}"
+
+    insert = f"INSERT OVERWRITE x {QUERY}"
+    with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
+        ours = error(lambda: dctx.sql(insert).collect())
+    assert "runs on the coordinator" in caplog.text  # the fallback says where it runs
+    assert ours == error(lambda: ctx.sql(insert).collect())
+    over = DataFrameWriteOptions(insert_operation=InsertOp.OVERWRITE)
+    ours_dir, theirs_dir = tmp_path / "o", tmp_path / "t"
+    single = error(lambda: ctx.sql(QUERY).write_parquet(str(theirs_dir), write_options=over))
+    assert error(lambda: dctx.sql(QUERY).write_parquet(str(ours_dir), write_options=over)) == single
+    assert not any(target.iterdir()) and not ours_dir.exists()
+
+
+def test_copy_into_a_directory_with_files_appends(data, workers, tmp_path):
+    """A second ``COPY`` into the same directory adds its files beside the first's, as
+    single-node does."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    for _ in range(2):
+        ctx.sql(f"COPY ({QUERY}) TO '{theirs}/' STORED AS PARQUET").collect()
+        dctx.sql(f"COPY ({QUERY}) TO '{ours}/' STORED AS PARQUET").collect()
+    back, want = read_back(ours, "parquet"), read_back(theirs, "parquet")
+    assert back.num_rows == want.num_rows == 2 * ctx.sql(QUERY).count()
+    assert_same_rows(back, want, ordered=False)
+    assert len(writers(ours)) >= 4  # two runs, each with at least two writers
+
+
+def test_arrow_copy_says_it_runs_single_node(data, workers, tmp_path, caplog):
+    """``STORED AS ARROW``: the datafusion 55 wheel cannot serialise an Arrow file sink, so the
+    write runs single-node, saying so and why; the files equal single-node's."""
+    ctx = session(data)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    single = ctx.sql(f"COPY ({QUERY}) TO '{theirs}/' STORED AS ARROW").to_pylist()
+    with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
+        df = dctx.sql(f"COPY ({QUERY}) TO '{ours}/' STORED AS ARROW")
+    assert "Arrow IPC" in caplog.text and "bug report" not in caplog.text
+    assert df.to_pylist() == single
+    assert ran_on(df) == "coordinator"
+
+    def rows(d: Path) -> pa.Table:
+        return pa.concat_tables(pa.ipc.open_file(p).read_all() for p in sorted(d.iterdir()))
+
+    assert_same_rows(rows(ours), rows(theirs), ordered=False)
