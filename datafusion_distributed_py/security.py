@@ -30,7 +30,7 @@ import ipaddress
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -118,9 +118,12 @@ class Security:
             raise ValueError(f"max_message_bytes too small: {self.max_message_bytes}")
 
     @classmethod
-    def temporary(cls, tls: bool = False, mutual: bool = False) -> Security:
+    def temporary(
+        cls, tls: bool = False, mutual: bool = False, hosts: Sequence[str] = ()
+    ) -> Security:
         """A fresh random token; with ``tls=True`` also a self-signed CA and a certificate for
-        this machine (127.0.0.1, localhost and its host name), made in memory.
+        this machine (127.0.0.1, localhost and its host name) and ``hosts`` (more names or IP
+        addresses the workers are reached by), made in memory.
 
         Example:
             >>> a, b = Security.temporary(), Security.temporary()
@@ -130,7 +133,7 @@ class Security:
         token = secrets.token_urlsafe(32)
         if not (tls or mutual):
             return cls(token=token)
-        ca_pem, cert_pem, key_pem = _self_signed()
+        ca_pem, cert_pem, key_pem = _self_signed(hosts)
         return cls(token=token, tls_ca=ca_pem, tls_cert=cert_pem, tls_key=key_pem, mutual=mutual)
 
     @classmethod
@@ -216,8 +219,9 @@ def _pem(value: str, name: str) -> str:
     return path.read_text()
 
 
-def _self_signed() -> tuple[str, str, str]:
-    """A CA and a certificate it signs for this machine: (ca_pem, cert_pem, key_pem)."""
+def _self_signed(hosts: Sequence[str] = ()) -> tuple[str, str, str]:
+    """A CA and a certificate it signs for this machine and ``hosts``:
+    (ca_pem, cert_pem, key_pem)."""
     try:
         import cryptography  # noqa: F401  (the optional `tls` extra)
     except ImportError as e:
@@ -268,6 +272,11 @@ def _self_signed() -> tuple[str, str, str]:
     ]
     if host and host != "localhost":
         names.append(x509.DNSName(host))
+    for other in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(other)))
+        except ValueError:  # a name, not an address
+            names.append(x509.DNSName(other))
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host or "localhost")]))

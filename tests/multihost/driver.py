@@ -1,0 +1,146 @@
+"""The coordinator host's program in the multi-host tests: run inside the coordinator's
+network namespace, it plans and runs queries against workers on other hosts and prints what
+happened as one JSON line (the test, on the machine's own namespace, cannot reach them).
+
+``python driver.py JOB.json`` where the job names ``workers`` (URLs, or ``{"dns": name,
+"port": p, "scheme": s}``), ``security`` (``Security`` fields, PEM or file paths), ``data``
+(a TPC-H directory) and ``action``:
+
+* ``tpch``: every TPC-H query against single-node on the same files, and whether it ran
+  distributed;
+* ``slow``: a query that runs for seconds; prints ``RUNNING`` once its tasks run, so that the
+  test can take a worker host away, then how it ended and how long it took;
+* ``dashboard``: serves the dashboard on this host and reads its status back over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for conftest's checks
+
+from conftest import assert_same_rows, is_distributed  # noqa: E402
+from datafusion import SessionContext, udf  # noqa: E402
+
+from datafusion_distributed_py import (  # noqa: E402
+    DistributedConfig,
+    DistributedContext,
+    Security,
+    WorkerError,
+    dns_workers,
+    ran_on,
+    tpch,
+)
+
+#: Runs for seconds on three workers: a Python UDF that sleeps per batch, then a shuffle.
+SLOW = (
+    "SELECT l_returnflag, sum({f}(l_quantity)) AS q, count(*) AS n FROM lineitem "
+    "GROUP BY l_returnflag"
+)
+
+
+def nap(a: pa.Array) -> pa.Array:
+    time.sleep(0.3)
+    return a
+
+
+def session(data: str) -> SessionContext:
+    ctx = SessionContext()
+    tpch.register(ctx, data)
+    ctx.register_udf(udf(nap, [pa.float64()], pa.float64(), "immutable", name="nap"))
+    return ctx
+
+
+def distributed(ctx: SessionContext, job: dict[str, Any]) -> DistributedContext:
+    workers: Any = job["workers"]
+    if isinstance(workers, dict):
+        workers = dns_workers(workers["dns"], workers["port"], workers.get("scheme", "http"))
+    config = DistributedConfig(
+        file_scan_config_bytes_per_partition=job.get("split_bytes", 1),
+        compression=job.get("compression", "lz4"),
+    )
+    sec = Security(**job["security"])
+    return DistributedContext(ctx, workers=workers, security=sec, config=config, progress=False)
+
+
+def run_tpch(job: dict[str, Any]) -> dict[str, Any]:
+    ctx = session(job["data"])
+    dctx = distributed(ctx, job)
+    results: dict[str, Any] = {}
+    for n in job.get("queries", tpch.QUERIES):
+        sql = tpch.query(n)
+        try:
+            expected = ctx.sql(sql).to_arrow_table()
+            df = dctx.sql(sql)
+            spread = is_distributed(dctx.explain(df)) and ran_on(df) == "workers"
+            assert_same_rows(df.to_arrow_table(), expected, ordered="order by" in sql.lower())
+            results[str(n)] = {"equal": True, "distributed": spread}
+        except Exception as e:  # each query's outcome is the report's subject
+            results[str(n)] = {"equal": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+    return {"queries": results, "workers": dctx.worker_urls}
+
+
+def run_slow(job: dict[str, Any]) -> dict[str, Any]:
+    ctx = session(job["data"])
+    dctx = distributed(ctx, job)
+    expected = ctx.sql(SLOW.format(f="")).to_arrow_table()  # nap returns its input
+    df = dctx.sql(SLOW.format(f="nap"))
+    assert is_distributed(dctx.explain(df))
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        start = time.monotonic()
+        try:
+            got = df.to_arrow_table()
+            assert_same_rows(got, expected, ordered=False)
+            outcome["result"] = "equal"
+        except WorkerError as e:
+            outcome.update(result="WorkerError", worker_url=e.worker_url, error=str(e)[:4000])
+        except Exception as e:  # anything else is a failure the test reports
+            outcome.update(result=type(e).__name__, error=f"{e}\n{traceback.format_exc()}")
+        outcome["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(job.get("running_after", 1.5))
+    outcome["running_at_fault"] = thread.is_alive()
+    print("RUNNING", flush=True)
+    thread.join()
+    return outcome
+
+
+def run_dashboard(job: dict[str, Any]) -> dict[str, Any]:
+    ctx = session(job["data"])
+    dctx = distributed(ctx, job)
+    dctx.sql("SELECT count(*) FROM lineitem").collect()
+    board = dctx.dashboard(host=job["host"])
+    try:
+        page = urllib.request.urlopen(board.url, timeout=10).read().decode()
+        api = board.url.replace("/?", "/api/status?", 1)
+        status = json.loads(urllib.request.urlopen(api, timeout=10).read())
+    finally:
+        board.close()
+    return {"url": board.url, "page": len(page), "status": status}
+
+
+ACTIONS = {"tpch": run_tpch, "slow": run_slow, "dashboard": run_dashboard}
+
+
+def main(path: str) -> int:
+    job = json.loads(Path(path).read_text())
+    report = ACTIONS[job["action"]](job)
+    print("REPORT " + json.dumps(report, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
