@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from netns import Network, available
 
 from datafusion_distributed_py import Security, tpch
-
-from netns import Network, available
 
 pytestmark = [pytest.mark.slow, pytest.mark.multihost]
 
