@@ -10,7 +10,9 @@ happened as one JSON line (the test, on the machine's own namespace, cannot reac
   distributed;
 * ``slow``: a query that runs for seconds; prints ``RUNNING`` once its tasks run, so that the
   test can take a worker host away, then how it ended and how long it took;
-* ``dashboard``: serves the dashboard on this host and reads its status back over HTTP.
+* ``dashboard``: serves the dashboard on this host and reads its status back over HTTP;
+* ``bench``: times queries per compression, with the bytes their shuffles moved
+  (``benchmarks/multihost.py``).
 """
 
 from __future__ import annotations
@@ -25,21 +27,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from datafusion import SessionContext, udf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for conftest's checks
-
-from conftest import assert_same_rows, is_distributed  # noqa: E402
-from datafusion import SessionContext, udf  # noqa: E402
-
-from datafusion_distributed_py import (  # noqa: E402
+from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
     Security,
     WorkerError,
+    _internal,
     dns_workers,
     ran_on,
     tpch,
 )
+from datafusion_distributed_py.dataframe import source_of
+from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 #: Runs for seconds on three workers: a Python UDF that sleeps per batch, then a shuffle.
 SLOW = (
@@ -64,10 +65,9 @@ def distributed(ctx: SessionContext, job: dict[str, Any]) -> DistributedContext:
     workers: Any = job["workers"]
     if isinstance(workers, dict):
         workers = dns_workers(workers["dns"], workers["port"], workers.get("scheme", "http"))
-    config = DistributedConfig(
-        file_scan_config_bytes_per_partition=job.get("split_bytes", 1),
-        compression=job.get("compression", "lz4"),
-    )
+    # Tests split the small tables into many tasks; the benchmark keeps the defaults.
+    knobs = job.get("config", {"file_scan_config_bytes_per_partition": 1})
+    config = DistributedConfig(**{**knobs, "compression": job.get("compression", "lz4")})
     sec = Security(**job["security"])
     return DistributedContext(ctx, workers=workers, security=sec, config=config, progress=False)
 
@@ -132,7 +132,45 @@ def run_dashboard(job: dict[str, Any]) -> dict[str, Any]:
     return {"url": board.url, "page": len(page), "status": status}
 
 
-ACTIONS = {"tpch": run_tpch, "slow": run_slow, "dashboard": run_dashboard}
+def shuffle_bytes(df: Any) -> int:
+    """Bytes every network boundary of ``df``'s latest run transferred (Arrow IPC)."""
+    source = source_of(df)
+    assert isinstance(source, _internal.DistributedPlan)
+    return sum(
+        int(v or 0)
+        for name, _, _, metrics in source.operator_metrics()
+        if name.startswith("[Stage")
+        for what, v, *_ in metrics
+        if what == "bytes_transferred"
+    )
+
+
+def run_bench(job: dict[str, Any]) -> dict[str, Any]:
+    """Each query's best time of ``repeat`` and its shuffle bytes, per compression; rows
+    checked against single-node's once."""
+    ctx = session(job["data"])
+    results: dict[str, Any] = {}
+    expected = {n: ctx.sql(tpch.query(n)).to_arrow_table() for n in job["queries"]}
+    for compression, queries in job["compressions"].items():
+        dctx = distributed(ctx, {**job, "compression": compression})
+        for n in queries:
+            sql, best, moved, equal = tpch.query(n), float("inf"), 0, True
+            for _ in range(job["repeat"]):
+                start = time.perf_counter()
+                df = dctx.sql(sql)
+                got = df.to_arrow_table()
+                best = min(best, time.perf_counter() - start)
+                moved = shuffle_bytes(df)
+                try:
+                    assert_same_rows(got, expected[n], ordered="order by" in sql.lower())
+                except AssertionError:
+                    equal = False
+            results[f"{compression}/{n}"] = {"seconds": best, "bytes": moved, "equal": equal}
+            print(f"{compression} q{n}: {best:.2f} s, {moved:,} B", file=sys.stderr, flush=True)
+    return {"results": results}
+
+
+ACTIONS = {"tpch": run_tpch, "slow": run_slow, "dashboard": run_dashboard, "bench": run_bench}
 
 
 def main(path: str) -> int:

@@ -153,7 +153,7 @@ def slow_run(net: Network, cluster: Cluster, data: Path, tmp_path: Path, fault) 
     """Starts the slow query on the coordinator host, applies ``fault`` once it runs, and
     returns how it ended."""
     job = {"action": "slow", "workers": cluster.urls, "security": cluster.security,
-           "data": str(data), "split_bytes": 1}  # fmt: skip
+           "data": str(data)}  # fmt: skip
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(job))
     proc = net.spawn("coordinator", [sys.executable, str(DRIVER), str(path)],
