@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import sys
 from typing import TYPE_CHECKING
 
 import datafusion as _datafusion
@@ -32,6 +33,7 @@ atexit.register(_internal.close_interpreter)
 object_stores.install()
 # Keep DataFrameWriteOptions' arguments readable, so df.write_* can write from every task.
 write_options.remember_write_options()
+from datafusion_distributed_py import progress  # noqa: E402
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
 from datafusion_distributed_py.context import DistributedContext, MetricsRecord  # noqa: E402
@@ -63,6 +65,20 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def load_ipython_extension(shell: object) -> None:
+    """``%load_ext datafusion_distributed_py``: the ``%%sql`` / ``%sql`` magics and
+    ``%dfdpy_context`` (see :mod:`datafusion_distributed_py.notebook`)."""
+    from datafusion_distributed_py import notebook
+
+    notebook.load_ipython_extension(shell)
+
+
+# In a notebook, metrics tables show as HTML from the start (other tables unchanged).
+if progress.in_notebook():
+    from datafusion_distributed_py import notebook as _notebook
+
+    _notebook.register_formatters(sys.modules["IPython"].get_ipython())
+
 __all__ = [
     "DATAFUSION_MAJOR",
     "DistributedConfig",
@@ -79,5 +95,6 @@ __all__ = [
     "WorkerError",
     "__version__",
     "dns_workers",
+    "load_ipython_extension",
     "ran_on",
 ]

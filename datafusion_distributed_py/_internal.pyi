@@ -101,8 +101,24 @@ class DistributedPlan:
     def is_distributed(self) -> bool:
         """True when the planner split the query into stages joined by network boundaries."""
 
+    @property
+    def exact_rows(self) -> int | None:
+        """The row count, when the plan's statistics know it exactly; else None."""
+
     def display(self, format: str = "text", analyze: bool = False) -> str:
         """The plan as ``"text"`` or ``"graphviz"``; with ``analyze``, the latest run's."""
+
+    def stages(
+        self, analyze: bool = False
+    ) -> list[
+        tuple[
+            int,
+            int,
+            list[tuple[int, str, int | None, int | None, int | None]],
+            list[tuple[int, str]],
+        ]
+    ]:
+        """The stages, head first: (stage, tasks, operators, inputs); see ``plan_picture``."""
 
     def task_metrics(self) -> list[MetricsRecord]:
         """Per-task records of the latest run, once every worker has reported."""

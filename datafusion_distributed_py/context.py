@@ -29,6 +29,8 @@ from datafusion_distributed_py.dataframe import (
 )
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.monitor import MONITOR, Feed
+from datafusion_distributed_py.notebook import METRICS_MARK
+from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
 from datafusion_distributed_py.status import ClusterStatus
@@ -333,7 +335,8 @@ class DistributedContext:
         """The distributed plan: its stages, tasks per stage and network boundaries.
 
         With ``analyze=True`` the query runs first and the plan carries its metrics.
-        ``format`` is ``"text"`` or ``"graphviz"``.
+        ``format`` is ``"text"`` or ``"graphviz"``. The text is a ``str`` that a notebook
+        draws as the stage graph (SVG, see ``plan_picture``); ``print`` shows the text.
 
         Example:
             >>> from datafusion import SessionContext
@@ -348,13 +351,17 @@ class DistributedContext:
         if isinstance(source, Fallback):
             if analyze:
                 source.df.collect()
-            return (
+            return ExplainedPlan(
                 "Runs on the coordinator, single-node (not distributed): "
-                f"{source.reason}\n\n{source.df.execution_plan().display_indent()}"
+                f"{source.reason}\n\n{source.df.execution_plan().display_indent()}",
+                None,
             )
         if analyze:
             self._ctx.read_table(source).collect()
-        return source.display(format=format, analyze=analyze)
+        text = source.display(format=format, analyze=analyze)
+        if format == "graphviz":
+            return text
+        return ExplainedPlan(text, source.stages(analyze))
 
     def metrics(self, df: DataFrame) -> list[MetricsRecord]:
         """Per-task records of ``df``'s latest run: stage, task, worker URL, output rows and
@@ -385,8 +392,9 @@ class DistributedContext:
         return source.task_metrics()
 
     def metrics_table(self, df: DataFrame) -> pa.Table:
-        """:meth:`metrics` as a pyarrow Table."""
-        return pa.Table.from_pylist(self.metrics(df))
+        """:meth:`metrics` as a pyarrow Table (shown as an HTML table in a notebook)."""
+        table = pa.Table.from_pylist(self.metrics(df))
+        return table.replace_schema_metadata({METRICS_MARK: b"metrics_table"})
 
     def status(self) -> ClusterStatus:
         """Workers (up or down, CPU, memory, running tasks) and this context's running and

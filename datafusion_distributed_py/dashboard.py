@@ -11,6 +11,7 @@ carry it: open :attr:`Dashboard.url`, which holds it once and leaves it in a coo
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import json
 import threading
@@ -73,6 +74,14 @@ class Dashboard:
         host, port = self._address()
         base = f"http://{host}:{port}/"
         return base if self._token is None else f"{base}?token={quote(self._token)}"
+
+    def _repr_html_(self) -> str:
+        """A link to the page, where a notebook shows the dashboard."""
+        url = html.escape(self.url, quote=True)
+        return (
+            f"<a href='{url}' target='_blank' rel='noopener'>datafusion-distributed-py "
+            "dashboard</a> (live: workers and queries, refreshed every second)"
+        )
 
     def close(self) -> None:
         """Stop serving."""

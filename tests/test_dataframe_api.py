@@ -24,6 +24,7 @@ from datafusion_distributed_py import (
     ran_on,
     tpch,
 )
+from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.monitor import MONITOR
 
 Frames = Callable[[SessionContext | DistributedContext], DataFrame]
@@ -265,9 +266,11 @@ def test_fill_null_describe_cache_collect_column(ctx, dctx):
 def test_count_is_planned_as_single_node_plans_it(ctx, dctx):
     df = dctx.sql("SELECT * FROM lineitem")
     assert df.count() == ctx.sql("SELECT * FROM lineitem").count()
-    # The count ran on the workers as a query of its own, whose result is one row.
+    # The count is a query of its own, whose result is one row: from the files' statistics
+    # (as single-node answers it) where they know the rows, else partial counts on workers.
     record = next(q for q in MONITOR.queries(owner=dctx) if q.sql.endswith("count()"))
     assert record.ran_on == "workers" and record.rows == 1
+    assert source_of(df).exact_rows == df.count()
     filtered = lambda m: lineitem(m).filter(col("l_discount") > lit(0.05))  # noqa: E731
     assert filtered(dctx).count() == filtered(ctx).count()
     # A filtered count is partial counts on the workers, not the rows shipped back.

@@ -2,8 +2,8 @@
 //! (`planner`), checks them first (`handshake`), runs scalar subqueries first
 //! (`subqueries`), cuts the plan into stages (`distribute`),
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
-//! datafusion-python as a table (`table`, `root`), and its run's metrics per operator
-//! (`operator_metrics`).
+//! datafusion-python as a table (`table`, `root`), its run's metrics per operator
+//! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`).
 mod distribute;
 mod empty_batches;
 mod handshake;
@@ -12,6 +12,7 @@ mod operator_metrics;
 mod planner;
 mod root;
 mod settings;
+mod stage_graph;
 mod subqueries;
 mod table;
 mod task_log;
@@ -19,5 +20,6 @@ mod tracking;
 
 pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest};
+pub use stage_graph::stage_graph;
 pub use table::DistributedTable;
 pub use task_log::TaskRecord;

@@ -9,9 +9,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
@@ -82,6 +84,9 @@ pub struct Planned {
     pub log: Arc<TaskLog>,
     /// The worker set it was planned for (as the resolver gave it).
     pub workers: Vec<Url>,
+    /// The query's row count when its statistics know it exactly (what single-node's
+    /// `count()` answers from, without running anything).
+    pub exact_rows: Option<usize>,
 }
 
 pub struct ClusterPlanner {
@@ -204,6 +209,11 @@ impl ClusterPlanner {
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = restore_field_metadata(plan)?;
         plan_rewrites::check_nothing_lost(&plan)?;
+        let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new())?;
+        let exact_rows = match stats.num_rows {
+            Precision::Exact(n) => Some(n),
+            _ => None,
+        };
         let mut headers = http::HeaderMap::new();
         if matches!(self.cluster, Cluster::Remote(..)) {
             headers = stores_to_headers(&req.stores);
@@ -227,6 +237,7 @@ impl ClusterPlanner {
             task_ctx,
             log,
             workers: resolved,
+            exact_rows,
         })
     }
 

@@ -133,6 +133,8 @@ pub struct DistributedTable {
     query: Arc<Query>,
     /// The plan made when the query was submitted: shown by `explain`.
     planned: Arc<dyn ExecutionPlan>,
+    /// Its row count, when its statistics know it exactly.
+    exact_rows: Option<usize>,
     /// That plan, not run yet: the first scan runs it when the worker set is still the one it
     /// was planned for, instead of planning again (a plan runs at most once: its nodes hold
     /// run state such as join builds and dynamic filters).
@@ -155,6 +157,7 @@ impl DistributedTable {
                 retries_on: AtomicBool::new(true),
             }),
             planned: Arc::clone(&planned.plan),
+            exact_rows: planned.exact_rows,
             unused: Mutex::new(Some(planned)),
         }
     }
@@ -169,6 +172,12 @@ impl DistributedTable {
     /// The plan made when the query was submitted (what `explain` shows).
     pub fn planned(&self) -> &Arc<dyn ExecutionPlan> {
         &self.planned
+    }
+
+    /// The query's row count, when the statistics of the plan made at submission know it
+    /// exactly.
+    pub fn exact_rows(&self) -> Option<usize> {
+        self.exact_rows
     }
 
     /// The latest run of the query and its task log, if it ran.

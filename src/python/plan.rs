@@ -19,7 +19,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use super::capsule;
 use super::errors::{query_error, to_py_err};
-use crate::coordinator::{operator_metrics, DistributedTable, TaskRecord};
+use crate::coordinator::{operator_metrics, stage_graph, DistributedTable, TaskRecord};
 use crate::protocol::display_url;
 use crate::runtime;
 
@@ -43,6 +43,50 @@ impl DistributedPlan {
     #[getter]
     fn is_distributed(&self) -> bool {
         self.table.planned().is::<DistributedExec>()
+    }
+
+    /// The query's row count when the statistics of its plan know it exactly (as
+    /// single-node's `count()` answers from them), else None.
+    #[getter]
+    fn exact_rows(&self) -> Option<usize> {
+        self.table.exact_rows()
+    }
+
+    /// The plan's stages, head first, for pictures: `(stage, tasks, [(depth, line,
+    /// output_rows, elapsed_compute_ns, bytes)], [(input stage, boundary line)])`; with
+    /// `analyze`, the latest run's, with its metrics summed over tasks.
+    #[pyo3(signature = (analyze = false))]
+    fn stages<'py>(&self, py: Python<'py>, analyze: bool) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let plan = match (analyze, self.table.last_run()) {
+            (false, _) => Arc::clone(self.table.planned()),
+            (true, Some((plan, _))) if plan.is::<DistributedExec>() => {
+                runtime::wait_for(py, async move {
+                    rewrite_distributed_plan_with_metrics(
+                        plan,
+                        DistributedMetricsFormat::Aggregated,
+                    )
+                    .await
+                    .map_err(to_py_err)
+                })?
+            }
+            (true, Some((plan, _))) => plan,
+            (true, None) => {
+                return Err(PyValueError::new_err(
+                    "analyze=True needs a run of the query first (collect it)",
+                ))
+            }
+        };
+        stage_graph(&plan)
+            .into_iter()
+            .map(|s| {
+                let ops: Vec<_> = s
+                    .operators
+                    .into_iter()
+                    .map(|o| (o.depth, o.line, o.output_rows, o.elapsed_compute, o.bytes))
+                    .collect();
+                (s.num, s.tasks, ops, s.inputs).into_pyobject(py)
+            })
+            .collect()
     }
 
     /// Renders the plan: `format` is "text" or "graphviz". With `analyze`, the latest run:
