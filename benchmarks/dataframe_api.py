@@ -27,7 +27,7 @@ import pyarrow as pa
 from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
-from benchmarks.tpch import RESULTS, best_times, machine
+from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
 from datafusion_distributed_py import DistributedContext, LocalCluster, _internal, tpch
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
@@ -193,11 +193,8 @@ def received(dctx: DistributedContext, df: DataFrame) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sf", type=float, default=1.0)
-    parser.add_argument("--parts", type=int, default=4, help="files per table")
-    parser.add_argument("--data", default="benchmarks/data")
+    data_arguments(parser, repeat=3)
     parser.add_argument("--modes", default="embedded,local2")
-    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
     data = tpch.generate(Path(args.data) / f"sf{args.sf:g}-p{args.parts}", args.sf, args.parts)

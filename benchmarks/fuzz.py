@@ -20,7 +20,7 @@ from pathlib import Path
 from hypothesis.errors import NonInteractiveExampleWarning
 
 from datafusion_distributed_py import DistributedContext, LocalCluster
-from datafusion_distributed_py.differential import Outcome, compare
+from harness.differential import Outcome, compare
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from test_fuzz import QUERIES, session  # noqa: E402

@@ -29,7 +29,7 @@ from datafusion_distributed_py import (
     tpcds,
     tpch,
 )
-from datafusion_distributed_py.differential import compare, run_slt
+from harness.differential import compare, run_slt
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent / "results"

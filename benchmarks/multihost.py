@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tpch import RESULTS, machine
+from benchmarks.tpch import RESULTS, data_arguments, machine
 from datafusion_distributed_py import Security, tpch
 
 HERE = Path(__file__).resolve().parent
@@ -92,10 +92,7 @@ def run_network(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sf", type=float, default=1.0)
-    parser.add_argument("--parts", type=int, default=4, help="files per table")
-    parser.add_argument("--data", default="benchmarks/data")
-    parser.add_argument("--repeat", type=int, default=2)
+    data_arguments(parser, repeat=2)
     parser.add_argument("--heavy", default="9,18,21", help="queries for the compression rows")
     args = parser.parse_args(argv)
     why = available()

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from datafusion_distributed_py import LocalCluster
-from datafusion_distributed_py.differential import Outcome, run_slt
+from harness.differential import Outcome, run_slt
 
 CORPUS = Path(__file__).parent.parent / "tests" / "sqllogictest"
 RESULTS = Path(__file__).parent / "results"

@@ -32,7 +32,8 @@ from benchmarks.tpch import (
     same_values,
     write_results,
 )
-from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpcds
+from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on
+from harness import tpcds
 
 
 def main(argv: list[str] | None = None) -> int:

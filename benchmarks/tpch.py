@@ -64,6 +64,15 @@ def best_times(
     return best, results
 
 
+def data_arguments(parser: argparse.ArgumentParser, repeat: int) -> argparse.ArgumentParser:
+    """The TPC-H data options the side-by-side benchmarks share (SF1, 4 files per table)."""
+    parser.add_argument("--sf", type=float, default=1.0)
+    parser.add_argument("--parts", type=int, default=4, help="files per table")
+    parser.add_argument("--data", default="benchmarks/data")
+    parser.add_argument("--repeat", type=int, default=repeat, help="runs; the best is kept")
+    return parser
+
+
 def machine() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 from datafusion import SessionContext
 
-from benchmarks.tpch import RESULTS, best_times, machine
+from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
 from datafusion_distributed_py import DistributedContext, LocalCluster, _internal, tpch
 from datafusion_distributed_py.dataframe import source_of
 
@@ -92,10 +92,7 @@ def _received(name: str, dctx: DistributedContext, df) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sf", type=float, default=1.0)
-    parser.add_argument("--parts", type=int, default=4, help="files per table")
-    parser.add_argument("--data", default="benchmarks/data")
-    parser.add_argument("--repeat", type=int, default=2)
+    data_arguments(parser, repeat=2)
     args = parser.parse_args(argv)
     sf = f"{args.sf:g}"
     data = Path(args.data) / f"sf{sf}-p{args.parts}"

@@ -34,6 +34,7 @@ from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
 from datafusion_distributed_py.status import ClusterStatus
+from datafusion_distributed_py.write_options import Copy
 
 
 @runtime_checkable
@@ -298,22 +299,17 @@ class DistributedContext:
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
         return self._distribute(df, f"{maker}({first})")
 
-    def _copy(
-        self,
-        twin: DataFrame,
-        path: str,
-        stored_as: str,
-        options: dict[str, str],
-        partition_by: tuple[str, ...] = (),
-    ) -> None:
-        """Writes ``twin``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each task
-        writing its own files (what ``write_parquet/csv/json`` of a distributed frame run)."""
+    def _copy(self, copy: Copy, path: str, stored_as: str) -> None:
+        """Writes ``copy.frame``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each
+        task writing its own files (what ``write_parquet/csv/json`` of a distributed frame
+        run)."""
         view = f"__dfdpy_write_{uuid.uuid4().hex}"
-        self._ctx.register_view(view, twin)
+        self._ctx.register_view(view, copy.frame)
         try:
-            quoted = ", ".join(f"'{k}' '{_sql_str(v)}'" for k, v in options.items())
-            with_options = f" OPTIONS ({quoted})" if options else ""
-            partitioned = f" PARTITIONED BY ({', '.join(partition_by)})" if partition_by else ""
+            quoted = ", ".join(f"'{k}' '{_sql_str(v)}'" for k, v in copy.options.items())
+            with_options = f" OPTIONS ({quoted})" if copy.options else ""
+            columns = ", ".join(copy.partition_by)
+            partitioned = f" PARTITIONED BY ({columns})" if copy.partition_by else ""
             self.sql(
                 f"COPY (SELECT * FROM {view}) TO '{_sql_str(path)}' STORED AS {stored_as}"
                 f"{partitioned}{with_options}"

@@ -327,7 +327,7 @@ def _write(
     if copy is None:
         return _ON_FRAME[name](df, path, *args, **kwargs)  # type: ignore[no-any-return]
     try:
-        owner._copy(copy.frame, str(path), stored_as, copy.options, copy.partition_by)
+        owner._copy(copy, str(path), stored_as)
     except Exception as e:  # the write's own errors read as single-node's
         clean = translate(e)
         if clean is None:
@@ -474,14 +474,7 @@ class Distributor(Protocol):
 
     def _plans_steps_at_once(self) -> bool: ...
 
-    def _copy(
-        self,
-        twin: DataFrame,
-        path: str,
-        stored_as: str,
-        options: dict[str, str],
-        partition_by: tuple[str, ...] = (),
-    ) -> None: ...
+    def _copy(self, copy: write_options.Copy, path: str, stored_as: str) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from datafusion_distributed_py import (
     WorkerError,
     tpch,
 )
-from datafusion_distributed_py.differential import compare
+from harness.differential import compare
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datafusion_distributed_py import DistributedContext, LocalCluster
-from datafusion_distributed_py.differential import compare
+from harness.differential import compare
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow

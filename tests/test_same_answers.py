@@ -24,8 +24,8 @@ from datafusion_distributed_py import (
     UnsupportedTableError,
     ran_on,
 )
-from datafusion_distributed_py.differential import compare
 from datafusion_distributed_py.testing import is_distributed
+from harness.differential import compare
 
 
 class Enumerate(WindowEvaluator):

@@ -17,8 +17,8 @@ import pytest
 from datafusion import SessionContext
 
 from datafusion_distributed_py import DistributedContext
-from datafusion_distributed_py.differential import compare
 from datafusion_distributed_py.testing import is_distributed
+from harness.differential import compare
 
 N = 60_000
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from datafusion_distributed_py.differential import run_slt
+from harness.differential import run_slt
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on, tpcds
-from datafusion_distributed_py.differential import compare
+from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on
+from harness import tpcds
+from harness.differential import compare
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow

@@ -1,9 +1,9 @@
-"""TPC-DS data and queries, from DuckDB's ``tpcds`` extension (``pip install
-'datafusion-distributed-py[tpcds]'``: ``duckdb`` with ``duckdb-extension-tpcds``, both from
-PyPI), for the tests and the benchmarks. Nothing generated is committed.
+"""TPC-DS data and queries, from DuckDB's ``tpcds`` extension (``duckdb`` with
+``duckdb-extension-tpcds``, both from PyPI: the ``test`` and ``bench`` extras), for the tests
+and the benchmarks. Nothing generated is committed.
 
 Example:
-    >>> from datafusion_distributed_py import tpcds
+    >>> from harness import tpcds
     >>> len(tpcds.TABLES), tpcds.QUERIES[0], tpcds.QUERIES[-1]
     (24, 1, 99)
 """
