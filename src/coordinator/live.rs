@@ -23,8 +23,10 @@ use crate::protocol::{display_url, FixedResolver, WorkerChannels};
 /// Asks in a row without a task of the run after which the watcher stops.
 const IDLE_ASKS: usize = 3;
 
-/// How long one worker may take to say how it is doing.
-const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one worker may take to say how it is doing: a worker on a loaded machine (its
+/// cores busy with tasks, a browser starting) can take seconds; one frozen is still named
+/// down within this.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Asks workers how their tasks and they themselves are doing.
 pub enum Observer {
