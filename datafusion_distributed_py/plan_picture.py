@@ -206,9 +206,6 @@ class ExplainedPlan(str):
         plan._stages = stages
         return plan
 
-    def __str__(self) -> str:
-        return str.__str__(self)
-
     def _repr_svg_(self) -> str | None:
         return to_svg(self._stages) if self._stages else None
 

@@ -17,6 +17,7 @@ before this package was imported are not readable and are written by the coordin
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +49,6 @@ def remember_write_options() -> None:
 
 
 def _bound_args(init: Any, self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    import inspect
-
     bound = inspect.signature(init).bind(self, *args, **kwargs)
     bound.apply_defaults()
     return {k: v for k, v in bound.arguments.items() if k != "self"}
