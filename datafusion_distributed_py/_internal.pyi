@@ -1,7 +1,7 @@
 """Types of the Rust core (``src/``), which maturin builds into this module.
 
 Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the three
-exceptions, the three classes and the two functions, with the signatures of their
+exceptions, the five classes and the three functions, with the signatures of their
 ``#[pymethods]``; CI checks them against the built module (``mypy.stubtest``).
 """
 
@@ -25,6 +25,8 @@ __all__ = [
     "Coordinator",
     "DistributedPlan",
     "WorkerServer",
+    "SnapshotTable",
+    "SnapshotScanCodec",
     "check_health",
     "planner_defaults",
     "close_interpreter",
@@ -170,6 +172,41 @@ class WorkerServer:
     def running(self) -> bool: ...
     def stop(self, drain_seconds: float = 5.0) -> None:
         """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""
+
+#: ``(url, size, partition values as strings)`` of a lakehouse table's data file.
+_SnapshotFile = tuple[str, int, Sequence[str | None]]
+
+@final
+class SnapshotTable:
+    """A table over exactly a snapshot's data files (``lakehouse``), as an FFI provider."""
+
+    def __new__(
+        cls,
+        name: str,
+        schema: bytes,
+        partition_columns: Sequence[str],
+        partitions_in_files: bool,
+        files: Sequence[_SnapshotFile],
+        source: Callable[[], Sequence[_SnapshotFile]] | None,
+        stores: Sequence[_StoreSpec],
+    ) -> SnapshotTable:
+        """``schema``: the table's Arrow schema as IPC bytes; ``partitions_in_files``: the
+        files hold the partition columns (Iceberg) rather than the scan adding them (Delta);
+        ``source``: lists the current
+        files at each scan (a table that follows its log), or None."""
+
+    @property
+    def file_count(self) -> int:
+        """How many data files the latest scan saw."""
+
+    def __datafusion_table_provider__(self, session: object) -> object: ...
+
+@final
+class SnapshotScanCodec:
+    """The physical codec that writes lakehouse tables' scans as Parquet scans."""
+
+    def __new__(cls, session: object) -> SnapshotScanCodec: ...
+    def __datafusion_physical_extension_codec__(self, session: object | None = None) -> object: ...
 
 def check_health(url: str, security: CoreSecurity | None = None, timeout: float = 5.0) -> str:
     """The standard gRPC health status of the worker at ``url`` (``"SERVING"``, ...)."""

@@ -10,6 +10,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from datafusion_distributed_py.dataframe import (
     source_of,
 )
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
+from datafusion_distributed_py.lakehouse.registry import single_node_reason
 from datafusion_distributed_py.monitor import MONITOR, Feed
 from datafusion_distributed_py.notebook import METRICS_MARK
 from datafusion_distributed_py.plan_picture import ExplainedPlan
@@ -98,6 +100,8 @@ class MetricsRecord(TypedDict):
 
 
 _log = logging.getLogger("datafusion_distributed_py")
+#: The id under which lakehouse tables' scans are encoded (see ``DistributedContext._wire``).
+SNAPSHOT_SCAN_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
 _SET_DISTRIBUTED = re.compile(
     r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
 )
@@ -176,6 +180,11 @@ class DistributedContext:
         if config is not None and not isinstance(config, DistributedConfig):
             raise TypeError(f"config must be a DistributedConfig, got {type(config).__name__}")
         self._ctx = ctx
+        # Plans are serialised through a twin of `ctx` (same session) that also carries the
+        # codec of lakehouse tables' scans, so those travel as Parquet scans; `ctx` is unchanged.
+        self._wire = ctx.with_physical_extension_codec(
+            _internal.SnapshotScanCodec(ctx), codec_id=SNAPSHOT_SCAN_CODEC_ID
+        )
         self._config = config or DistributedConfig()
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
@@ -274,6 +283,39 @@ class DistributedContext:
             2
         """
         return self._made("table", name)
+
+    def register_delta(
+        self,
+        name: str,
+        table: Any,
+        *,
+        version: int | str | datetime | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        """Register a Delta Lake table on ``ctx`` whose scans run on the workers; see
+        :func:`datafusion_distributed_py.lakehouse.register_delta` (same arguments).
+
+        Example:
+            >>> import pyarrow as pa, tempfile
+            >>> from deltalake import write_deltalake
+            >>> from datafusion import SessionContext
+            >>> path = tempfile.mkdtemp()
+            >>> write_deltalake(path, pa.table({"k": [1, 2, 3]}))
+            >>> dctx = DistributedContext(SessionContext(), progress=False)
+            >>> dctx.register_delta("t", path)
+            >>> dctx.sql("SELECT sum(k) AS s FROM t").to_pylist()
+            [{'s': 6}]
+        """
+        from datafusion_distributed_py.lakehouse import register_delta
+
+        register_delta(self._ctx, name, table, version=version, storage_options=storage_options)
+
+    def register_iceberg(self, name: str, table: Any, *, snapshot_id: int | None = None) -> None:
+        """Register an Iceberg table on ``ctx`` whose scans run on the workers; see
+        :func:`datafusion_distributed_py.lakehouse.register_iceberg` (same arguments)."""
+        from datafusion_distributed_py.lakehouse import register_iceberg
+
+        register_iceberg(self._ctx, name, table, snapshot_id=snapshot_id)
 
     read_parquet = _frame_maker("read_parquet")
     read_csv = _frame_maker("read_csv")
@@ -468,10 +510,10 @@ class DistributedContext:
             raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
         writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
         try:
-            plan_bytes = physical.to_bytes(self._ctx)
+            plan_bytes = physical.to_bytes(self._wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
-            raise _unsupported(self._ctx, fresh, e) from e
-        codec = self._ctx.__datafusion_physical_extension_codec__()
+            raise _unsupported(self._wire, fresh, e) from e
+        codec = self._wire.__datafusion_physical_extension_codec__()
         table_scans = _text_file_scans(physical, fresh)
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(feed)
@@ -627,7 +669,11 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
         )
     elif blocked:
         where = f" (tables that cannot be sent to workers: {named})"
-        if "avro" in kinds:
+        lakehouse = [r for r in (single_node_reason(ctx, n) for n in blocked) if r]
+        if lakehouse:
+            where = ""
+            hint = "; ".join(lakehouse) + "."
+        elif "avro" in kinds:
             hint = (
                 "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables "
                 "cannot reach workers; convert once with ctx.read_avro(path).write_parquet(out) "
@@ -639,11 +685,24 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
                 "cannot be sent to workers; register the files with register_parquet/"
                 "register_csv instead, or run the query single-node with ctx.sql(...)."
             )
-    # DataFusion's internal-error footer asks for a bug report: not the user's next step here.
-    cause = str(err).split("\nThis issue was likely caused by a bug")[0]
+        elif "delta" in kinds:
+            hint = (
+                "deltalake's own table provider is scanned in this process and cannot be sent "
+                "to workers; register the table with dctx.register_delta(name, table) (or "
+                "datafusion_distributed_py.lakehouse.register_delta) to read it on the workers."
+            )
+        elif "foreign" in kinds:
+            hint = (
+                "a table provider from another library (an FFI provider) is scanned in this "
+                "process and cannot be sent to workers; register its files with "
+                "register_parquet/register_csv (or Delta tables with register_delta) to read "
+                "them on the workers."
+            )
+    # The serialiser's own text (FFI structs, pointers, a bug-report footer) is for debugging.
+    _log.debug("serialising the plan failed: %s", err)
     return UnsupportedTableError(
         f"this query cannot be distributed: part of its plan cannot be sent to workers{where}. "
-        f"{hint} Cause: {cause}"
+        f"{hint}"
     )
 
 
@@ -723,6 +782,8 @@ def _scan_kinds(ctx: SessionContext, table: str) -> set[str]:
         name, _, details = node.display().partition(":")
         if name.strip() == "DatasetExec":
             kinds.add("dataset")
+        elif name.strip() in ("ForeignExecutionPlan", "FFI_ExecutionPlan"):
+            kinds.add("delta" if "Delta" in details else "foreign")
         elif name.strip() == "DataSourceExec" and "file_type=avro" in details:
             kinds.add("avro")
         pending.extend(node.children())

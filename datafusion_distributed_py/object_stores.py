@@ -156,6 +156,13 @@ def install() -> None:
     ctx_cls.deregister_object_store = deregister_object_store  # type: ignore[method-assign]
 
 
+def record(ctx: datafusion.SessionContext, url: str, settings: Settings) -> None:
+    """Record a store for ``url`` that ``ctx``'s distributed queries need (a table's own
+    files), unless one is registered for that URL already."""
+    with _lock:
+        _sessions.setdefault(ctx.session_id(), {}).setdefault(url, settings)
+
+
 def stores_of(ctx: datafusion.SessionContext) -> list[StoreSpec]:
     """``(url, kind, options)`` of every store registered on ``ctx``; the kind is
     ``"unknown"`` for a store whose settings were not recorded."""

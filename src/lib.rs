@@ -12,6 +12,7 @@
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
 //! * [`security`]: who may talk to a worker: token and TLS.
+//! * [`tables`]: tables whose files come from a table format's log (Delta Lake, Iceberg).
 //! * [`interpreter`]: whether our threads may still enter Python (not once it is exiting).
 use pyo3::prelude::*;
 
@@ -26,6 +27,7 @@ mod protocol;
 mod python;
 mod runtime;
 mod security;
+mod tables;
 mod worker;
 
 /// Our package version; workers report it and the coordinator compares it.

@@ -43,12 +43,24 @@ impl Quarantine {
     }
 }
 
+/// How a probe reaches the worker.
+#[derive(Clone, Copy)]
+enum Connection {
+    /// The kept channel: before a query, where an answer is expected.
+    Kept,
+    /// A new one: after a failure, when the kept channel may still hold that failure.
+    New,
+}
+
 /// Asks `url` its version: a down worker or a worker of another release is reported by URL,
 /// quickly, instead of failing mid-query.
-async fn probe(channels: &WorkerChannels, url: &Url) -> Result<()> {
+async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result<()> {
     let shown = display_url(url);
     let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let mut client = channels.get_worker_client_for_url(url).await?;
+        let mut client = match over {
+            Connection::Kept => channels.get_worker_client_for_url(url).await?,
+            Connection::New => channels.fresh_client(url).await?,
+        };
         client.get_worker_info(GetWorkerInfoRequest {}).await
     })
     .await;
@@ -97,7 +109,12 @@ pub async fn usable_workers(
     if urls.len() - resting.len() < min_workers.max(1) {
         asked.extend(resting.iter().copied());
     }
-    let answers = futures::future::join_all(asked.iter().map(|url| probe(channels, url))).await;
+    let answers = futures::future::join_all(
+        asked
+            .iter()
+            .map(|url| probe(channels, url, Connection::Kept)),
+    )
+    .await;
     for (url, answer) in asked.into_iter().zip(answers) {
         match answer {
             Ok(()) => {
@@ -125,9 +142,12 @@ pub async fn usable_workers(
     Ok(usable)
 }
 
-/// The workers of `urls` that are lost now, as the errors saying so (asked in parallel).
+/// The workers of `urls` that are lost now, as the errors saying so (asked in parallel, each
+/// over a new connection).
 pub async fn lost_workers(channels: &WorkerChannels, urls: &[Url]) -> Vec<DataFusionError> {
-    let answers = futures::future::join_all(urls.iter().map(|url| probe(channels, url))).await;
+    let answers =
+        futures::future::join_all(urls.iter().map(|url| probe(channels, url, Connection::New)))
+            .await;
     answers
         .into_iter()
         .filter_map(|a| a.err().filter(is_worker_lost))

@@ -66,6 +66,14 @@ impl WorkerChannels {
         if let Some(channel) = self.open.lock().expect("poisoned").get(url) {
             return Ok(channel.clone());
         }
+        let channel = self.connect(url).await?;
+        // A channel reconnects by itself after a failure, so it is kept even then.
+        let mut open = self.open.lock().expect("poisoned");
+        Ok(open.entry(url.clone()).or_insert(channel).clone())
+    }
+
+    /// A new connection to `url`, not kept.
+    async fn connect(&self, url: &Url) -> Result<Channel> {
         let side = self.side;
         let unreachable =
             |e: tonic::transport::Error| unreachable_from(side, url, &with_causes(&e));
@@ -98,18 +106,27 @@ impl WorkerChannels {
                 display_url(url).trim_start_matches("http://")
             )));
         }
-        let channel = endpoint.connect().await.map_err(unreachable)?;
-        // A channel reconnects by itself after a failure, so it is kept even then.
-        let mut open = self.open.lock().expect("poisoned");
-        Ok(open.entry(url.clone()).or_insert(channel).clone())
+        endpoint.connect().await.map_err(unreachable)
     }
 }
 
 impl WorkerChannels {
     /// The channel to `url`, with the token (if any) on every request.
     pub async fn authorized(&self, url: &Url) -> Result<BoxCloneSyncChannel> {
-        let channel = self.channel(url).await?;
-        Ok(match &self.security.token {
+        Ok(self.with_token(self.channel(url).await?))
+    }
+
+    /// A client over a new connection to `url`, not kept. Asking whether a worker is lost
+    /// must not read a kept channel's answer: after its connection broke, tonic's reconnect
+    /// hands out that old failure once, whatever the worker is doing now.
+    pub async fn fresh_client(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        Ok(create_worker_client(
+            self.with_token(self.connect(url).await?),
+        ))
+    }
+
+    fn with_token(&self, channel: Channel) -> BoxCloneSyncChannel {
+        match &self.security.token {
             None => BoxCloneSyncChannel::new(channel),
             Some(token) => {
                 let header = token.header();
@@ -124,7 +141,7 @@ impl WorkerChannels {
                         .service(channel),
                 )
             }
-        })
+        }
     }
 }
 

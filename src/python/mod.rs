@@ -12,6 +12,7 @@ mod errors;
 mod health;
 mod plan;
 mod security;
+mod snapshot_table;
 mod worker;
 
 /// Adds everything `_internal` exports to the module.
@@ -30,6 +31,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<coordinator::Coordinator>()?;
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
+    m.add_class::<snapshot_table::SnapshotTable>()?;
+    m.add_class::<snapshot_table::SnapshotScanCodec>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(crate::interpreter::close_interpreter, m)?)?;

@@ -1,0 +1,204 @@
+"""Iceberg tables (``pyiceberg``) as snapshot tables: a snapshot's data files, from its
+manifests."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from datafusion_distributed_py import _internal
+from datafusion_distributed_py.lakehouse import registry
+from datafusion_distributed_py.lakehouse.delta import File
+from datafusion_distributed_py.lakehouse.stores import as_url, store_for
+
+if TYPE_CHECKING:
+    import datafusion
+    from pyiceberg.table import Table
+
+_log = logging.getLogger(__name__)
+
+
+def register_iceberg(
+    ctx: datafusion.SessionContext,
+    name: str,
+    table: Table,
+    *,
+    snapshot_id: int | None = None,
+) -> None:
+    """Register the Iceberg table ``table`` (a ``pyiceberg.table.Table``) on ``ctx`` as
+    ``name``, so that distributed queries read it on the workers.
+
+    Without ``snapshot_id`` the table follows its catalog: each query reads the current
+    snapshot. The scan reads exactly the snapshot's data files (from its manifests), matching
+    columns by name and pruning files by identity partitions. A snapshot the files alone
+    cannot answer faithfully (position or equality delete files, a renamed or re-added
+    column, which Iceberg matches by field id) is registered through pyiceberg-core's own
+    provider instead, and its queries run single-node, saying why.
+
+    Example:
+        >>> import pyarrow as pa, tempfile
+        >>> from pyiceberg.catalog.sql import SqlCatalog
+        >>> from datafusion import SessionContext
+        >>> home = tempfile.mkdtemp()
+        >>> catalog = SqlCatalog("c", uri=f"sqlite:///{home}/c.db", warehouse=f"file://{home}")
+        >>> catalog.create_namespace("ns")
+        >>> data = pa.table({"k": pa.array([1, 2, 3], pa.int64())})
+        >>> table = catalog.create_table("ns.t", schema=data.schema)
+        >>> table.append(data)
+        >>> ctx = SessionContext()
+        >>> register_iceberg(ctx, "t", table)
+        >>> ctx.sql("SELECT sum(k) AS s FROM t").to_pylist()
+        [{'s': 6}]
+    """
+    from pyiceberg.table import Table
+
+    if not isinstance(table, Table):
+        raise TypeError(f"table must be a pyiceberg.table.Table, got {type(table).__name__}")
+    if snapshot_id is not None and table.snapshot_by_id(snapshot_id) is None:
+        raise ValueError(f"Iceberg table {table.name()} has no snapshot {snapshot_id}")
+    reason = _unreadable(table, snapshot_id)
+    if reason is not None:
+        reason = f"Iceberg table {name} ({'.'.join(table.name())}) {reason}"
+        _register_own_provider(ctx, name, table, reason)
+        return
+    scan = table.scan(snapshot_id=snapshot_id)
+    schema = _arrow_schema(scan.projection())
+    partition_columns = _identity_columns(table, snapshot_id)
+    stores = store_for(as_url(table.location()), dict(table.io.properties))
+    source: Callable[[], list[File]] | None = None
+    if snapshot_id is None:
+        source = _follower(table, partition_columns)
+    provider = _internal.SnapshotTable(
+        name,
+        schema.serialize().to_pybytes(),
+        partition_columns,
+        True,
+        _files(table, snapshot_id, partition_columns),
+        source,
+        stores,
+    )
+    ctx.register_table(name, provider)
+    registry.mark_single_node(ctx, name, None)
+    registry.add_stores(ctx, stores)
+
+
+def _arrow_schema(schema: Any) -> pa.Schema:
+    """The Arrow schema of an Iceberg schema, as DataFusion reads the files: plain strings and
+    binaries, no field-id metadata."""
+    plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    fields = [pa.field(f.name, plain.get(f.type, f.type), f.nullable) for f in schema.as_arrow()]
+    return pa.schema(fields)
+
+
+def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
+    """Why the snapshot's rows are not exactly its files' rows read by column name, or None."""
+    names: dict[int, set[str]] = {}
+    ids: dict[str, set[int]] = {}
+    for schema in table.metadata.schemas:
+        for field in schema.fields:
+            names.setdefault(field.field_id, set()).add(field.name)
+            ids.setdefault(field.name, set()).add(field.field_id)
+    renamed = sorted(n for ns in names.values() if len(ns) > 1 for n in ns)
+    if renamed:
+        return (
+            f"has renamed columns ({', '.join(renamed)}): Iceberg matches a file's columns by "
+            "field id, which only pyiceberg's reader does"
+        )
+    readded = sorted(n for n, i in ids.items() if len(i) > 1)
+    if readded:
+        return (
+            f"has columns dropped and added again under one name ({', '.join(readded)}): "
+            "Iceberg matches a file's columns by field id, which only pyiceberg's reader does"
+        )
+    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        if task.delete_files:
+            return (
+                "has position or equality delete files (rows deleted without rewriting their "
+                "files), which only pyiceberg's reader applies; rewriting the data files makes "
+                "it readable by workers"
+            )
+    return None
+
+
+def _identity_columns(table: Table, snapshot_id: int | None) -> list[str]:
+    """The columns the current partition spec partitions by identity, where their values can
+    prune files: of a type whose value reads back from text, with every data file of the
+    table written under that spec (a file of another spec does not know them)."""
+    from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
+
+    tasks = table.scan(snapshot_id=snapshot_id).plan_files()
+    if any(task.file.spec_id != table.spec().spec_id for task in tasks):
+        return []
+    schema = table.schema()
+    columns = []
+    for field in table.spec().fields:
+        source = schema.find_field(field.source_id)
+        plain = isinstance(source.field_type, (BooleanType, IntegerType, LongType, StringType))
+        if str(field.transform) == "identity" and plain:
+            columns.append(source.name)
+    return columns
+
+
+def _files(table: Table, snapshot_id: int | None, partition_columns: list[str]) -> list[File]:
+    """Each data file of the snapshot: its URL, size and the values of ``partition_columns``."""
+    spec = table.spec()
+    positions = {table.schema().find_field(f.source_id).name: i for i, f in enumerate(spec.fields)}
+    out: list[File] = []
+    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        data = task.file
+        if partition_columns and data.spec_id != spec.spec_id:
+            raise RuntimeError(
+                f"Iceberg table {'.'.join(table.name())}: its partition spec changed since it "
+                "was registered; register it again"
+            )
+        values = [_as_text(data.partition[positions[c]]) for c in partition_columns]
+        out.append((as_url(data.file_path), int(data.file_size_in_bytes), values))
+    return out
+
+
+def _as_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _follower(table: Table, partition_columns: list[str]) -> Callable[[], list[File]]:
+    """The files of the table's current snapshot, read again at each scan."""
+
+    def files() -> list[File]:
+        table.refresh()
+        reason = _unreadable(table, None)
+        if reason is not None:
+            raise RuntimeError(
+                f"Iceberg table {'.'.join(table.name())} {reason}; register it again to read "
+                "it through pyiceberg-core's provider"
+            )
+        return _files(table, None, partition_columns)
+
+    return files
+
+
+def _register_own_provider(
+    ctx: datafusion.SessionContext, name: str, table: Table, reason: str
+) -> None:
+    """Register ``table`` through pyiceberg-core's provider (which applies deletes and field
+    ids), its queries single-node for ``reason``."""
+    try:
+        from pyiceberg_core.datafusion import IcebergDataFusionTable
+    except ImportError as e:
+        raise RuntimeError(
+            f"{reason}; reading it needs pyiceberg-core's provider: pip install pyiceberg-core"
+        ) from e
+    provider = IcebergDataFusionTable(
+        identifier=list(table.name()),
+        metadata_location=table.metadata_location,
+        file_io_properties=dict(table.io.properties),
+    )
+    _log.info("%s: registered through pyiceberg-core's provider", reason)
+    ctx.register_table(name, provider)
+    registry.mark_single_node(ctx, name, reason)

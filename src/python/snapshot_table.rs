@@ -1,0 +1,160 @@
+//! `SnapshotTable` and `SnapshotScanCodec` as Python sees them: a table provider over a table
+//! format's snapshot (`datafusion_distributed_py.lakehouse`), and the codec that lets its scan
+//! travel to workers.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::ipc::convert::try_schema_from_ipc_buffer;
+use datafusion::catalog::TableProvider;
+use datafusion::common::{exec_datafusion_err, Result};
+use datafusion_ffi::execution::FFI_TaskContextProvider;
+use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
+use datafusion_ffi::table_provider::FFI_TableProvider;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use super::capsule;
+use super::errors::to_py_err;
+use crate::interpreter;
+use crate::object_stores::StoreSpec;
+use crate::runtime;
+use crate::tables::{self, SnapshotFile, SnapshotSource};
+
+/// A data file as Python lists it: `(url, size, partition values)`.
+type PyFile = (String, u64, Vec<Option<String>>);
+
+fn to_files(files: Vec<PyFile>) -> Vec<SnapshotFile> {
+    files
+        .into_iter()
+        .map(|(url, size, partition_values)| SnapshotFile {
+            url,
+            size,
+            partition_values,
+        })
+        .collect()
+}
+
+/// A Python callable returning the table's current files (`list[PyFile]`).
+#[derive(Debug)]
+struct PythonSource(Py<PyAny>);
+
+impl SnapshotSource for PythonSource {
+    fn files(&self) -> Result<Vec<SnapshotFile>> {
+        let listed = interpreter::attach(|py| {
+            self.0
+                .call0(py)
+                .and_then(|files| files.extract::<Vec<PyFile>>(py))
+                .map_err(|e| exec_datafusion_err!("reading the table's snapshot: {e}"))
+        })
+        .ok_or_else(|| exec_datafusion_err!("the interpreter is exiting"))??;
+        Ok(to_files(listed))
+    }
+}
+
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct SnapshotTable {
+    table: Arc<tables::SnapshotTable>,
+}
+
+#[pymethods]
+impl SnapshotTable {
+    /// `schema`: the table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in
+    /// the table's order; `partitions_in_files`: whether the files hold the partition columns
+    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, partition values as strings)`; `source`: a
+    /// callable listing the current files at each scan (a table that follows its log), or
+    /// None; `stores`: `(url, kind, options)` of the stores the files live on.
+    #[new]
+    #[pyo3(signature = (name, schema, partition_columns, partitions_in_files, files, source, stores))]
+    fn new(
+        name: String,
+        schema: &[u8],
+        partition_columns: Vec<String>,
+        partitions_in_files: bool,
+        files: Vec<PyFile>,
+        source: Option<Py<PyAny>>,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
+    ) -> PyResult<Self> {
+        let schema = try_schema_from_ipc_buffer(schema)
+            .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
+        let source = source.map(|s| Box::new(PythonSource(s)) as Box<dyn SnapshotSource>);
+        let table = tables::SnapshotTable::new(
+            name,
+            Arc::new(schema),
+            partition_columns,
+            partitions_in_files,
+            &to_files(files),
+            source,
+            stores.into_iter().map(StoreSpec::from).collect(),
+        )
+        .map_err(to_py_err)?;
+        Ok(Self {
+            table: Arc::new(table),
+        })
+    }
+
+    /// How many data files the latest scan saw.
+    #[getter]
+    fn file_count(&self) -> usize {
+        self.table.file_count()
+    }
+
+    /// The FFI table-provider protocol of datafusion-python (`ctx.register_table`).
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
+            session,
+            "__datafusion_task_context_provider__",
+            "datafusion_task_context_provider",
+        )?;
+        // Filters are pushed down (partition pruning): they cross as expressions.
+        let provider = FFI_TableProvider::new(
+            Arc::clone(&self.table) as Arc<dyn TableProvider>,
+            true,
+            Some(runtime::handle()),
+            task_ctx_provider,
+            None,
+        );
+        capsule::export(py, provider, "datafusion_table_provider")
+    }
+}
+
+/// The codec of snapshot scans, for `ctx.with_physical_extension_codec`.
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct SnapshotScanCodec {
+    /// The session whose task context decoding uses.
+    session: Py<PyAny>,
+}
+
+#[pymethods]
+impl SnapshotScanCodec {
+    #[new]
+    fn new(session: Py<PyAny>) -> Self {
+        Self { session }
+    }
+
+    /// The FFI codec protocol of datafusion-python.
+    #[pyo3(signature = (session = None))]
+    fn __datafusion_physical_extension_codec__<'py>(
+        &self,
+        py: Python<'py>,
+        session: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let own = self.session.bind(py);
+        let session = session.filter(|s| !s.is_none()).unwrap_or(own);
+        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
+            session,
+            "__datafusion_task_context_provider__",
+            "datafusion_task_context_provider",
+        )?;
+        let codec = FFI_PhysicalExtensionCodec::new(
+            Arc::new(tables::SnapshotScanCodec),
+            Some(runtime::handle()),
+            task_ctx_provider,
+        );
+        capsule::export(py, codec, "datafusion_physical_extension_codec")
+    }
+}

@@ -1,0 +1,87 @@
+//! `SnapshotScanCodec`: writes a [`SnapshotScanExec`] as the native scan inside it.
+//!
+//! Installed on the session the coordinator serialises plans with
+//! (`ctx.with_physical_extension_codec`), it is handed our own leaf back over FFI (the
+//! library marker gives back the original node), encodes the plan inside it with
+//! datafusion-proto, and on decoding returns that plan: after the coordinator decodes, the
+//! table is an ordinary Parquet scan, which the distributed planner splits into tasks.
+use std::sync::Arc;
+
+use datafusion::common::{exec_err, Result};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::bytes::{
+    physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+};
+use datafusion_proto::physical_plan::{
+    DefaultPhysicalExtensionCodec, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
+};
+
+use super::scan::SnapshotScanExec;
+
+#[derive(Debug, Default)]
+pub struct SnapshotScanCodec;
+
+impl PhysicalExtensionCodec for SnapshotScanCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        _inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        _converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        physical_plan_from_bytes_with_extension_codec(buf, ctx, &DefaultPhysicalExtensionCodec {})
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let Some(scan) = node.downcast_ref::<SnapshotScanExec>() else {
+            return exec_err!("SnapshotScanCodec encodes snapshot scans only");
+        };
+        let bytes = physical_plan_to_bytes_with_extension_codec(
+            Arc::clone(scan.inner()),
+            &DefaultPhysicalExtensionCodec {},
+        )?;
+        buf.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    // Functions are the session's own codec's business: an Ok here would claim them.
+    fn try_decode_udf(&self, name: &str, _buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        exec_err!(
+            "SnapshotScanCodec does not encode functions ({})",
+            node.name()
+        )
+    }
+
+    fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        exec_err!(
+            "SnapshotScanCodec does not encode functions ({})",
+            node.name()
+        )
+    }
+
+    fn try_decode_udwf(&self, name: &str, _buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, _buf: &mut Vec<u8>) -> Result<()> {
+        exec_err!(
+            "SnapshotScanCodec does not encode functions ({})",
+            node.name()
+        )
+    }
+}

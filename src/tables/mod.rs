@@ -1,0 +1,16 @@
+//! Tables whose file list comes from a table format's log (Delta Lake, Iceberg), not from
+//! listing a directory: exactly a snapshot's data files, each with its partition values.
+//!
+//! Registered on datafusion-python's session as an FFI table provider, so single-node reads it
+//! as any table. Its scan is a native Parquet scan hidden in one leaf ([`SnapshotScanExec`]);
+//! [`SnapshotScanCodec`], installed on the session the coordinator serialises with, writes that
+//! leaf as the Parquet scan inside it, so the distributed planner splits it into tasks like any
+//! other file scan.
+mod codec;
+mod provider;
+mod scan;
+mod snapshot;
+
+pub use codec::SnapshotScanCodec;
+pub use provider::{SnapshotSource, SnapshotTable};
+pub use snapshot::SnapshotFile;

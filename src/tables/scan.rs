@@ -1,0 +1,107 @@
+//! `SnapshotScanExec`: a snapshot's native scan as one leaf, so that it crosses FFI whole.
+//!
+//! datafusion-python sees a foreign leaf it cannot look into; [`super::SnapshotScanCodec`]
+//! writes the plan inside it, which is all native nodes. Run single-node through FFI, the scan
+//! gets a runtime without the session's object stores: it registers the table's own.
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::Result;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+
+use crate::object_stores::{register_all, StoreSpec};
+
+#[derive(Debug)]
+pub struct SnapshotScanExec {
+    table: String,
+    inner: Arc<dyn ExecutionPlan>,
+    stores: Vec<StoreSpec>,
+    /// A runtime with `stores`, made on first use.
+    runtime: OnceLock<Arc<RuntimeEnv>>,
+}
+
+impl SnapshotScanExec {
+    pub fn new(table: String, inner: Arc<dyn ExecutionPlan>, stores: Vec<StoreSpec>) -> Self {
+        Self {
+            table,
+            inner,
+            stores,
+            runtime: OnceLock::new(),
+        }
+    }
+
+    /// The native scan, as it travels to workers.
+    pub fn inner(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.inner
+    }
+
+    fn with_stores(&self, ctx: Arc<TaskContext>) -> Result<Arc<TaskContext>> {
+        if self.stores.is_empty() {
+            return Ok(ctx);
+        }
+        let runtime = match self.runtime.get() {
+            Some(r) => Arc::clone(r),
+            None => {
+                let runtime = Arc::new(RuntimeEnv::default());
+                register_all(&runtime, &self.stores)?;
+                Arc::clone(self.runtime.get_or_init(|| runtime))
+            }
+        };
+        Ok(Arc::new(TaskContext::new(
+            ctx.task_id(),
+            ctx.session_id(),
+            ctx.session_config().clone(),
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            runtime,
+        )))
+    }
+}
+
+impl DisplayAs for SnapshotScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SnapshotScanExec: table={}", self.table)
+    }
+}
+
+impl ExecutionPlan for SnapshotScanExec {
+    fn name(&self) -> &str {
+        "SnapshotScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.inner.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.inner.execute(partition, self.with_stores(context)?)
+    }
+}
