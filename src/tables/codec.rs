@@ -7,7 +7,8 @@
 //! table is an ordinary Parquet scan, which the distributed planner splits into tasks.
 use std::sync::Arc;
 
-use datafusion::common::{exec_err, Result};
+use datafusion::common::{exec_datafusion_err, exec_err, Result};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
 use datafusion::physical_plan::ExecutionPlan;
@@ -19,9 +20,23 @@ use datafusion_proto::physical_plan::{
 };
 
 use super::scan::SnapshotScanExec;
+use crate::object_stores::{register_all, StoreSpec};
 
 #[derive(Debug, Default)]
 pub struct SnapshotScanCodec;
+
+/// The stores and the plan bytes of an encoded scan.
+fn split(buf: &[u8]) -> Result<(Vec<StoreSpec>, &[u8])> {
+    let bad = || exec_datafusion_err!("not a snapshot scan encoded by SnapshotScanCodec");
+    let (len, rest) = buf.split_first_chunk::<8>().ok_or_else(bad)?;
+    let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|_| bad())?;
+    if rest.len() < len {
+        return Err(bad());
+    }
+    let (stores, plan) = rest.split_at(len);
+    let stores = serde_json::from_slice(stores).map_err(|_| bad())?;
+    Ok((stores, plan))
+}
 
 impl PhysicalExtensionCodec for SnapshotScanCodec {
     fn try_decode(
@@ -31,7 +46,22 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
         ctx: &TaskContext,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        physical_plan_from_bytes_with_extension_codec(buf, ctx, &DefaultPhysicalExtensionCodec {})
+        let (stores, plan) = split(buf)?;
+        // Decoding a file scan looks its store up: the table's own, which the session given
+        // over FFI does not have.
+        let runtime = Arc::new(RuntimeEnv::default());
+        register_all(&runtime, &stores)?;
+        let ctx = TaskContext::new(
+            ctx.task_id(),
+            ctx.session_id(),
+            ctx.session_config().clone(),
+            ctx.scalar_functions().clone(),
+            ctx.higher_order_functions().clone(),
+            ctx.aggregate_functions().clone(),
+            ctx.window_functions().clone(),
+            runtime,
+        );
+        physical_plan_from_bytes_with_extension_codec(plan, &ctx, &DefaultPhysicalExtensionCodec {})
     }
 
     fn try_encode(
@@ -47,6 +77,11 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
             Arc::clone(scan.inner()),
             &DefaultPhysicalExtensionCodec {},
         )?;
+        // The stores (serde JSON, never logged) first, with their length; then the plan.
+        let stores = serde_json::to_vec(scan.stores())
+            .map_err(|e| exec_datafusion_err!("encoding the table's stores: {e}"))?;
+        buf.extend_from_slice(&(stores.len() as u64).to_le_bytes());
+        buf.extend_from_slice(&stores);
         buf.extend_from_slice(&bytes);
         Ok(())
     }

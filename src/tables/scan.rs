@@ -39,6 +39,11 @@ impl SnapshotScanExec {
         &self.inner
     }
 
+    /// The stores its files live on.
+    pub fn stores(&self) -> &[StoreSpec] {
+        &self.stores
+    }
+
     fn with_stores(&self, ctx: Arc<TaskContext>) -> Result<Arc<TaskContext>> {
         if self.stores.is_empty() {
             return Ok(ctx);
