@@ -1,7 +1,7 @@
 """Types of the Rust core (``src/``), which maturin builds into this module.
 
 Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the three
-exceptions, the five classes and the three functions, with the signatures of their
+exceptions, the six classes and the three functions, with the signatures of their
 ``#[pymethods]``; CI checks them against the built module (``mypy.stubtest``).
 """
 
@@ -27,6 +27,7 @@ __all__ = [
     "WorkerServer",
     "SnapshotTable",
     "SnapshotScanCodec",
+    "ReaderTable",
     "check_health",
     "planner_defaults",
     "close_interpreter",
@@ -207,6 +208,17 @@ class SnapshotScanCodec:
 
     def __new__(cls, session: object) -> SnapshotScanCodec: ...
     def __datafusion_physical_extension_codec__(self, session: object | None = None) -> object: ...
+
+@final
+class ReaderTable:
+    """A table read by its format's own Python reader, in this process (single-node)."""
+
+    def __new__(
+        cls, name: str, schema: bytes, open: Callable[[], object]
+    ) -> ReaderTable:
+        """``open`` returns a new ``pyarrow.RecordBatchReader`` of the whole table."""
+
+    def __datafusion_table_provider__(self, session: object) -> object: ...
 
 def check_health(url: str, security: CoreSecurity | None = None, timeout: float = 5.0) -> str:
     """The standard gRPC health status of the worker at ``url`` (``"SERVING"``, ...)."""

@@ -5,8 +5,9 @@ with partition values. :func:`register_delta` and :func:`register_iceberg` regis
 ``SessionContext``, a table over exactly those files: single-node ``ctx.sql`` reads it like
 any table, and :class:`~datafusion_distributed_py.DistributedContext` sends its scan to the
 workers as an ordinary Parquet scan, split into tasks. What the files alone cannot answer
-faithfully (Delta deletion vectors or column mapping, Iceberg delete files, ...) is registered
-through the format's own provider instead, and the query says why it runs single-node.
+faithfully (Delta deletion vectors or column mapping, Iceberg delete files or renamed columns)
+is registered through the format's own reader instead, and the query says why it runs
+single-node.
 
 ``deltalake`` and ``pyiceberg`` are optional (``pip install 'datafusion-distributed-py[delta]'``
 or ``[iceberg]``) and imported only when used.

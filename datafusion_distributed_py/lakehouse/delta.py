@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.lakehouse import registry
+from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
 from datafusion_distributed_py.lakehouse.stores import as_url, file_url, store_for
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def register_delta(
         return
     uri = as_url(dt.table_uri)
     stores = store_for(uri, options)
-    schema = pa.schema(dt.schema().to_arrow())
+    schema = as_datafusion_reads(pa.schema(dt.schema().to_arrow()))
     partition_columns = list(dt.metadata().partition_columns)
     source: Callable[[], list[File]] | None = None
     if follows_log:

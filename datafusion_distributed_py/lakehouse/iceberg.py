@@ -12,6 +12,7 @@ import pyarrow as pa
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.delta import File
+from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
 from datafusion_distributed_py.lakehouse.stores import as_url, store_for
 
 if TYPE_CHECKING:
@@ -35,8 +36,8 @@ def register_iceberg(
     snapshot. The scan reads exactly the snapshot's data files (from its manifests), matching
     columns by name and pruning files by identity partitions. A snapshot the files alone
     cannot answer faithfully (position or equality delete files, a renamed or re-added
-    column, which Iceberg matches by field id) is registered through pyiceberg-core's own
-    provider instead, and its queries run single-node, saying why.
+    column, which Iceberg matches by field id) is registered as read by pyiceberg's own
+    reader instead, in this process, and its queries run single-node, saying why.
 
     Example:
         >>> import pyarrow as pa, tempfile
@@ -62,10 +63,10 @@ def register_iceberg(
     reason = _unreadable(table, snapshot_id)
     if reason is not None:
         reason = f"Iceberg table {name} ({'.'.join(table.name())}) {reason}"
-        _register_own_provider(ctx, name, table, reason)
+        _register_own_reader(ctx, name, table, snapshot_id, reason)
         return
     scan = table.scan(snapshot_id=snapshot_id)
-    schema = _arrow_schema(scan.projection())
+    schema = as_datafusion_reads(scan.projection().as_arrow())
     partition_columns = _identity_columns(table, snapshot_id)
     stores = store_for(as_url(table.location()), dict(table.io.properties))
     source: Callable[[], list[File]] | None = None
@@ -83,14 +84,6 @@ def register_iceberg(
     ctx.register_table(name, provider)
     registry.mark_single_node(ctx, name, None)
     registry.add_stores(ctx, stores)
-
-
-def _arrow_schema(schema: Any) -> pa.Schema:
-    """The Arrow schema of an Iceberg schema, as DataFusion reads the files: plain strings and
-    binaries, no field-id metadata."""
-    plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
-    fields = [pa.field(f.name, plain.get(f.type, f.type), f.nullable) for f in schema.as_arrow()]
-    return pa.schema(fields)
 
 
 def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
@@ -176,29 +169,30 @@ def _follower(table: Table, partition_columns: list[str]) -> Callable[[], list[F
         if reason is not None:
             raise RuntimeError(
                 f"Iceberg table {'.'.join(table.name())} {reason}; register it again to read "
-                "it through pyiceberg-core's provider"
+                "it through pyiceberg's own reader"
             )
         return _files(table, None, partition_columns)
 
     return files
 
 
-def _register_own_provider(
-    ctx: datafusion.SessionContext, name: str, table: Table, reason: str
+def _register_own_reader(
+    ctx: datafusion.SessionContext,
+    name: str,
+    table: Table,
+    snapshot_id: int | None,
+    reason: str,
 ) -> None:
-    """Register ``table`` through pyiceberg-core's provider (which applies deletes and field
-    ids), its queries single-node for ``reason``."""
-    try:
-        from pyiceberg_core.datafusion import IcebergDataFusionTable
-    except ImportError as e:
-        raise RuntimeError(
-            f"{reason}; reading it needs pyiceberg-core's provider: pip install pyiceberg-core"
-        ) from e
-    provider = IcebergDataFusionTable(
-        identifier=list(table.name()),
-        metadata_location=table.metadata_location,
-        file_io_properties=dict(table.io.properties),
-    )
-    _log.info("%s: registered through pyiceberg-core's provider", reason)
+    """Register ``table`` as read by pyiceberg itself (which applies delete files and matches
+    columns by field id), in this process: its queries run single-node for ``reason``."""
+    schema = as_datafusion_reads(table.scan(snapshot_id=snapshot_id).projection().as_arrow())
+
+    def open_reader() -> pa.RecordBatchReader:
+        if snapshot_id is None:
+            table.refresh()
+        return table.scan(snapshot_id=snapshot_id).to_arrow_batch_reader().cast(schema)
+
+    _log.info("%s: registered through pyiceberg's own reader", reason)
+    provider = _internal.ReaderTable(name, schema.serialize().to_pybytes(), open_reader)
     ctx.register_table(name, provider)
     registry.mark_single_node(ctx, name, reason)

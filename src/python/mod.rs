@@ -33,6 +33,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::WorkerServer>()?;
     m.add_class::<snapshot_table::SnapshotTable>()?;
     m.add_class::<snapshot_table::SnapshotScanCodec>()?;
+    m.add_class::<snapshot_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(crate::interpreter::close_interpreter, m)?)?;

@@ -1,10 +1,12 @@
 //! `SnapshotTable` and `SnapshotScanCodec` as Python sees them: a table provider over a table
 //! format's snapshot (`datafusion_distributed_py.lakehouse`), and the codec that lets its scan
-//! travel to workers.
+//! travel to workers; and `ReaderTable`, a table read by its format's own Python reader.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use datafusion::arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use datafusion::arrow::ipc::convert::try_schema_from_ipc_buffer;
+use datafusion::arrow::record_batch::RecordBatchReader;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion_ffi::execution::FFI_TaskContextProvider;
@@ -19,7 +21,7 @@ use super::errors::to_py_err;
 use crate::interpreter;
 use crate::object_stores::StoreSpec;
 use crate::runtime;
-use crate::tables::{self, SnapshotFile, SnapshotSource};
+use crate::tables::{self, BatchSource, SnapshotFile, SnapshotSource};
 
 /// A data file as Python lists it: `(url, size, partition values)`.
 type PyFile = (String, u64, Vec<Option<String>>);
@@ -156,5 +158,74 @@ impl SnapshotScanCodec {
             task_ctx_provider,
         );
         capsule::export(py, codec, "datafusion_physical_extension_codec")
+    }
+}
+
+/// A Python callable returning a new `pyarrow.RecordBatchReader` (any object with
+/// `__arrow_c_stream__`) over the whole table.
+#[derive(Debug)]
+struct PythonReader(Py<PyAny>);
+
+impl BatchSource for PythonReader {
+    fn open(&self) -> Result<Box<dyn RecordBatchReader + Send>> {
+        let stream = interpreter::attach(|py| -> PyResult<FFI_ArrowArrayStream> {
+            let reader = self.0.call0(py)?;
+            let capsule = reader.call_method0(py, "__arrow_c_stream__")?;
+            let capsule = capsule.bind(py).cast::<PyCapsule>()?.clone();
+            let name = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
+            if name.as_deref() != Some("arrow_array_stream") {
+                return Err(PyValueError::new_err("not an Arrow C stream"));
+            }
+            // SAFETY: the name identifies an ArrowArrayStream; the stream is moved out, and
+            // the capsule's destructor then finds it released (empty).
+            Ok(unsafe { FFI_ArrowArrayStream::from_raw(capsule.pointer() as *mut _) })
+        })
+        .ok_or_else(|| exec_datafusion_err!("the interpreter is exiting"))?
+        .map_err(|e| exec_datafusion_err!("opening the table's reader: {e}"))?;
+        let reader = ArrowArrayStreamReader::try_new(stream)
+            .map_err(|e| exec_datafusion_err!("the table's reader: {e}"))?;
+        Ok(Box::new(reader))
+    }
+}
+
+/// A table read through its format's own Python reader, in this process.
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct ReaderTable {
+    table: Arc<tables::ReaderTable>,
+}
+
+#[pymethods]
+impl ReaderTable {
+    /// `schema`: the table's Arrow schema as IPC bytes; `open`: a callable returning a new
+    /// `pyarrow.RecordBatchReader` of the whole table, called at each scan.
+    #[new]
+    fn new(name: String, schema: &[u8], open: Py<PyAny>) -> PyResult<Self> {
+        let schema = try_schema_from_ipc_buffer(schema)
+            .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
+        let table = tables::ReaderTable::new(name, Arc::new(schema), Arc::new(PythonReader(open)));
+        Ok(Self {
+            table: Arc::new(table),
+        })
+    }
+
+    /// The FFI table-provider protocol of datafusion-python (`ctx.register_table`).
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
+            session,
+            "__datafusion_task_context_provider__",
+            "datafusion_task_context_provider",
+        )?;
+        let provider = FFI_TableProvider::new(
+            Arc::clone(&self.table) as Arc<dyn TableProvider>,
+            false,
+            Some(runtime::handle()),
+            task_ctx_provider,
+            None,
+        );
+        capsule::export(py, provider, "datafusion_table_provider")
     }
 }

@@ -8,9 +8,11 @@
 //! other file scan.
 mod codec;
 mod provider;
+mod reader_scan;
 mod scan;
 mod snapshot;
 
 pub use codec::SnapshotScanCodec;
 pub use provider::{SnapshotSource, SnapshotTable};
+pub use reader_scan::{BatchSource, ReaderTable};
 pub use snapshot::SnapshotFile;
