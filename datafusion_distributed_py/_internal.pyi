@@ -213,9 +213,7 @@ class SnapshotScanCodec:
 class ReaderTable:
     """A table read by its format's own Python reader, in this process (single-node)."""
 
-    def __new__(
-        cls, name: str, schema: bytes, open: Callable[[], object]
-    ) -> ReaderTable:
+    def __new__(cls, name: str, schema: bytes, open: Callable[[], object]) -> ReaderTable:
         """``open`` returns a new ``pyarrow.RecordBatchReader`` of the whole table."""
 
     def __datafusion_table_provider__(self, session: object) -> object: ...

@@ -486,11 +486,15 @@ class DistributedContext:
         try:
             return self._plan(df, feed)
         except UnsupportedPlanError as e:
+            reason = readable_reason(str(e))
+            if reason != str(e):
+                _log.debug("the full reason this query cannot be distributed: %s", e)
             if self._config.fallback == "error":
-                if isinstance(e, UnsupportedTableError):
+                if isinstance(e, UnsupportedTableError) and reason == str(e):
                     raise
-                raise UnsupportedTableError(f"this query cannot be distributed: {e}") from e
-            reason = str(e)
+                if not reason.startswith("this query cannot be distributed"):
+                    reason = f"this query cannot be distributed: {reason}"
+                raise UnsupportedTableError(reason) from e
         _log.warning("this query runs on the coordinator, single-node: %s", reason)
         return Fallback(reason, df)
 
@@ -533,6 +537,29 @@ class DistributedContext:
 
     def __repr__(self) -> str:
         return f"DistributedContext(workers={self.worker_urls!r})"
+
+
+#: What DataFusion appends to an internal error: a request for a bug report, not our user's
+#: next step.
+_BUG_FOOTER = re.compile(r"\s*This issue was likely caused by a bug in DataFusion.*?issues", re.S)
+#: A Rust struct printed whole (FFI function pointers, plan properties): for debugging only.
+_STRUCT_DUMP = re.compile(r"[.:]?\s*(Plan|Expr): [A-Z]\w* \{.*", re.S)
+
+
+def readable_reason(reason: str) -> str:
+    """A fallback reason as a person reads it: without DataFusion's bug-report footer or Rust
+    structs printed whole (the full text goes to DEBUG logging).
+
+    Example:
+        >>> readable_reason("no codec [x]. Plan: ForeignExecutionPlan { plan: 0x7f00 }.")
+        'no codec [x]'
+        >>> readable_reason("a cause. This issue was likely caused by a bug in DataFusion's"
+        ...                 " code. Please ... https://github.com/apache/datafusion/issues")
+        'a cause.'
+    """
+    text = _BUG_FOOTER.sub("", reason)
+    text = _STRUCT_DUMP.sub("", text)
+    return text.strip()
 
 
 def _sql_str(text: str) -> str:

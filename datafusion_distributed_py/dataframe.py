@@ -192,9 +192,7 @@ def _step(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _derive(
-    df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any
-) -> Any:
+def _derive(df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     twin, owner, sql = _lineage_of(df)
     out = method(twin, *map(twin_of, args), **{k: twin_of(v) for k, v in kwargs.items()})
     if out is twin:  # a step that changes nothing (``fill_null(v, subset=[])``)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +24,36 @@ TPCH_PARTS = 3
 
 #: Small enough that the tiny test tables split into several scan tasks.
 SPLIT_CONFIG = DistributedConfig(file_scan_config_bytes_per_partition=16 * 1024)
+
+
+#: What a fallback reason shown to a person must never hold: Rust structs printed whole (FFI
+#: function pointers) or DataFusion's request for a bug report (issue 30).
+RAW_TEXT = re.compile(r"FFI_ExecutionPlan|ForeignExecutionPlan \{|0x[0-9a-f]{8,}|bug report")
+
+
+class _Reasons(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.raw: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if RAW_TEXT.search(text):
+            self.raw.append(text)
+
+
+@pytest.fixture(autouse=True)
+def fallback_reasons_are_readable() -> Iterator[None]:
+    """Every test: each warning our package logged (fallback reasons among them) reads as a
+    sentence, never as a raw internal error."""
+    handler = _Reasons()
+    logger = logging.getLogger("datafusion_distributed_py")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.raw, f"a warning shows raw internal text: {handler.raw[0]}"
 
 
 @pytest.fixture(scope="session")

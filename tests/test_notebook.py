@@ -126,4 +126,3 @@ def test_the_picture_has_every_stage_of_the_plan(ctx, workers):
     boundaries = len(re.findall(r"\[Stage \d+\] => Network\w+Exec", plan))
     edges = list(svg.iter(f"{SVG}line"))
     assert len(edges) == boundaries
-

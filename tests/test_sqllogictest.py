@@ -33,7 +33,6 @@ def test_corpus_file_answers_as_single_node(path, kind, request):
     assert counts["equal"] > 0
     assert counts["fallback"] <= FALLBACK_BUDGET[path.name], (
         f"{counts['fallback']} queries fell back, over the budget of "
-        f"{FALLBACK_BUDGET[path.name]}: "
-        + "; ".join(o.sql for o in report.outcomes if o.fallback)
+        f"{FALLBACK_BUDGET[path.name]}: " + "; ".join(o.sql for o in report.outcomes if o.fallback)
     )
     assert not bad, "\n".join(f"{o.verdict}: {o.sql}\n  {o.detail}" for o in bad)

@@ -23,6 +23,4 @@ def as_datafusion_reads(schema: pa.Schema) -> pa.Schema:
         s: string_view
         n: int64
     """
-    return pa.schema(
-        [pa.field(f.name, _VIEWS.get(f.type, f.type), f.nullable) for f in schema]
-    )
+    return pa.schema([pa.field(f.name, _VIEWS.get(f.type, f.type), f.nullable) for f in schema])
