@@ -32,8 +32,10 @@ def store_for(table_url: str, storage_options: dict[str, str] | None) -> list[St
     filesystem), an S3 store built from ``storage_options`` for ``s3://``/``s3a://`` tables.
 
     Example:
-        >>> store_for("s3://bucket/t", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
-        [('s3://bucket', 's3', {'aws_endpoint': 'http://127.0.0.1:9000', 'aws_bucket': 'bucket'})]
+        >>> [(url, kind, options)] = store_for(
+        ...     "s3://bucket/t", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+        >>> url, kind, sorted(options)
+        ('s3://bucket', 's3', ['aws_allow_http', 'aws_bucket', 'aws_endpoint'])
         >>> store_for("file:///data/t", None)
         []
     """
