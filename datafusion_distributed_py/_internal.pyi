@@ -43,8 +43,12 @@ class DistributedError(Exception):
 class WorkerError(DistributedError):
     """A worker could not be reached, failed, or is incompatible."""
 
-    #: The worker, as ``http://host:port`` (set where one worker is to blame).
-    worker_url: str
+    #: The worker, as ``http://host:port`` (None where no one worker is to blame).
+    worker_url: str | None
+    #: What happened, as data: ``"died"``, ``"stopped_answering"``, ``"unreachable"``,
+    #: ``"lost_peer"`` (it lost its connection to another worker), ``"rejected_credentials"``,
+    #: ``"version_mismatch"`` or ``"refused"`` (unfit for the query otherwise).
+    kind: str
 
 class UnsupportedPlanError(DistributedError):
     """The query's plan cannot be distributed without changing its answer."""
@@ -130,6 +134,9 @@ class DistributedPlan:
         """The latest run's metrics per operator, in pre-order with stages expanded:
         ``(name, line, stage, [(metric, value, timestamp_ns, partition, labels)])`` (stage 0:
         the coordinator's)."""
+
+    def last_failure(self) -> tuple[str | None, str, str] | None:
+        """The worker failure the latest run ended with: ``(worker_url, kind, message)``."""
 
     def set_retries(self, on: bool) -> None:
         """Lets a lost worker cost a retry of the query (default), or not (while writing)."""

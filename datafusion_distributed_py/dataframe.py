@@ -61,26 +61,32 @@ Source = _internal.DistributedPlan | Fallback
 _HEAD = "DataFusion error: "
 # What the FFI boundaries (ours -> datafusion-python) put in front of an error's own text.
 _FFI_PREFIXES = re.compile(r"^(?:FFI error: )+(?:External error: )?")
-# A `WorkerFailure` of the core: it starts with the worker it names.
-_WORKER_FAILURE = re.compile(r"^worker (?P<url>[a-z+]+://\S+) ")
 
 
-def worker_error(message: str, url: str) -> WorkerError:
-    """A :class:`WorkerError` with its ``worker_url`` attribute set."""
+def worker_error(message: str, url: str | None, kind: str) -> WorkerError:
+    """A :class:`WorkerError` with its ``worker_url`` and ``kind`` attributes set."""
     err = WorkerError(message)
     err.worker_url = url
+    err.kind = kind
     return err
 
 
-def translate(err: Exception) -> Exception | None:
-    """The exception single-node would raise for ``err``, or None when it is already that."""
+def translate(err: Exception, source: Source | None = None) -> Exception | None:
+    """The exception single-node would raise for ``err``, or None when it is already that.
+
+    A worker's failure crosses datafusion-python as text only: the run of ``source`` (the
+    frame's distributed plan) keeps it as data, so it is raised as the ``WorkerError`` it is.
+    """
     text = str(err)
     if not text.startswith(_HEAD) or isinstance(err, WorkerError):
         return None
+    if isinstance(source, _internal.DistributedPlan):
+        failure = source.last_failure()
+        if failure is not None:
+            url, kind, message = failure
+            return worker_error(message, url, kind)
     rest = text[len(_HEAD) :]
     stripped = _FFI_PREFIXES.sub("", rest)
-    if m := _WORKER_FAILURE.match(stripped):
-        return worker_error(stripped, m.group("url"))
     if stripped == rest:
         return None
     try:
@@ -91,13 +97,16 @@ def translate(err: Exception) -> Exception | None:
 
 class _AsSingleNode:
     """A ``with`` block whose exceptions leave it as :func:`translate` gives them (others,
-    such as the end of an iteration, as they are)."""
+    such as the end of an iteration, as they are); ``source`` is the frame's plan."""
+
+    def __init__(self, source: Source | None = None) -> None:
+        self.source = source
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type | None, err: BaseException | None, tb: object) -> None:
-        clean = translate(err) if isinstance(err, Exception) else None
+        clean = translate(err, self.source) if isinstance(err, Exception) else None
         if clean is not None:
             raise clean from None
 
@@ -107,21 +116,25 @@ class TranslatedStream(RecordBatchStream):
     raised as :func:`translate` gives them: a lost worker mid-stream is a
     :class:`WorkerError`, as it is from ``collect``."""
 
+    def __init__(self, rbs: Any, source: Source | None = None) -> None:
+        super().__init__(rbs)
+        self._dfdpy_source = source
+
     def __next__(self) -> RecordBatch:
-        with _AsSingleNode():
+        with _AsSingleNode(self._dfdpy_source):
             return super().__next__()
 
     async def __anext__(self) -> RecordBatch:
-        with _AsSingleNode():
+        with _AsSingleNode(self._dfdpy_source):
             return await super().__anext__()
 
 
-def _streams_translated(out: Any) -> Any:
+def _streams_translated(out: Any, source: Source) -> Any:
     """``out`` with each ``RecordBatchStream`` in it made a :class:`TranslatedStream`."""
     if isinstance(out, RecordBatchStream):
-        return TranslatedStream(out.rbs)
+        return TranslatedStream(out.rbs, source)
     if isinstance(out, list) and out and all(isinstance(s, RecordBatchStream) for s in out):
-        return [TranslatedStream(s.rbs) for s in out]
+        return [TranslatedStream(s.rbs, source) for s in out]
     return out
 
 
@@ -158,7 +171,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 out = method(df, *args, **kwargs)
         except BaseException as e:
-            clean = translate(e) if isinstance(e, Exception) else None
+            clean = translate(e, source) if isinstance(e, Exception) else None
             if record is not None:
                 MONITOR.end(record, None, clean or e)
             if clean is None:
@@ -175,7 +188,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
             return origin.owner._distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
-        return _streams_translated(out)
+        return _streams_translated(out, source)
 
     return wrapper
 

@@ -3,50 +3,95 @@ use std::fmt;
 
 use datafusion::error::DataFusionError;
 
-/// A failure that names a worker: surfaces in Python as `WorkerError` (`.worker_url`).
+/// What happened to a worker, as data: the message is built from it and never read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// It died mid-query: its connections were reset or closed.
+    Died,
+    /// It stopped answering without closing its connections (frozen, cut off the network).
+    StoppedAnswering,
+    /// It cannot be reached: connection refused, no route, unknown host, TLS mismatch.
+    Unreachable,
+    /// It lost its connection to another worker (shuffles, broadcasts), which it names.
+    LostPeer,
+    /// It refused this coordinator's credentials (a missing or wrong token).
+    RejectedCredentials,
+    /// It runs another release of this package.
+    VersionMismatch,
+    /// It is unfit for the query otherwise (its settings, or too few workers left).
+    Refused,
+}
+
+impl FailureKind {
+    /// The worker is lost (died, froze, unreachable): the query may run again without it.
+    /// A worker that refuses us does not heal by retrying.
+    pub fn is_lost(self) -> bool {
+        matches!(
+            self,
+            Self::Died | Self::StoppedAnswering | Self::Unreachable | Self::LostPeer
+        )
+    }
+
+    /// As Python's `WorkerError.kind` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Died => "died",
+            Self::StoppedAnswering => "stopped_answering",
+            Self::Unreachable => "unreachable",
+            Self::LostPeer => "lost_peer",
+            Self::RejectedCredentials => "rejected_credentials",
+            Self::VersionMismatch => "version_mismatch",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// A failure that names a worker: surfaces in Python as `WorkerError` (`.worker_url`,
+/// `.kind`).
 #[derive(Debug)]
 pub struct WorkerFailure {
-    /// Starts with `worker <url>`.
-    pub message: String,
     pub worker: Option<String>,
-    /// The worker died, froze or cannot be reached (as opposed to refusing us: credentials,
-    /// version, TLS settings): the query may be re-planned on the others.
-    pub lost: bool,
+    pub kind: FailureKind,
+    /// What happened, after `worker <url> ` (e.g. `died (connection reset)`).
+    pub what: String,
+}
+
+impl WorkerFailure {
+    pub fn lost(&self) -> bool {
+        self.kind.is_lost()
+    }
 }
 
 impl fmt::Display for WorkerFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        match &self.worker {
+            Some(worker) => write!(f, "worker {worker} {}", self.what),
+            None => f.write_str(&self.what),
+        }
     }
 }
 
 impl std::error::Error for WorkerFailure {}
 
-/// A worker refusing or unfit for the query (`msg` starts with `worker <url>`).
-pub fn worker_failure(msg: String) -> DataFusionError {
-    let worker = msg
-        .strip_prefix("worker ")
-        .and_then(|rest| rest.split_whitespace().next())
-        .map(|url| url.trim_end_matches(':').to_string());
+/// `worker` (None: the worker set as a whole) failed as `kind`: `what` reads after its URL.
+pub fn worker_failure(worker: Option<&str>, kind: FailureKind, what: String) -> DataFusionError {
     DataFusionError::External(Box::new(WorkerFailure {
-        message: msg,
-        worker,
-        lost: false,
+        worker: worker.map(str::to_string),
+        kind,
+        what,
     }))
 }
 
 /// A worker that died, froze or cannot be reached: `worker <url> <what happened>`.
-pub fn worker_lost(worker: &str, what: String) -> DataFusionError {
-    DataFusionError::External(Box::new(WorkerFailure {
-        message: format!("worker {worker} {what}"),
-        worker: Some(worker.to_string()),
-        lost: true,
-    }))
+pub fn worker_lost(worker: &str, kind: FailureKind, what: String) -> DataFusionError {
+    debug_assert!(kind.is_lost());
+    worker_failure(Some(worker), kind, what)
 }
 
-/// Words of a broken connection, as a worker reports them in text (its error crossed the
-/// network as a string).
-const BROKEN_CONNECTION: &[&str] = &[
+/// How a worker reporting a failed query says it lost another worker: its error crosses the
+/// network as text (datafusion-distributed 4 encodes a task's foreign errors as strings), so
+/// this is the one place a failure is recognised by its words, those of tonic and h2.
+const PEER_CONNECTION_LOST: &[&str] = &[
     "h2 protocol error",
     "transport error",
     "error trying to connect",
@@ -61,7 +106,7 @@ const BROKEN_CONNECTION: &[&str] = &[
 
 /// Whether `err` is a worker lost (died, froze, unreachable): what a retry may get past.
 pub fn is_worker_lost(err: &DataFusionError) -> bool {
-    as_worker_failure(err).is_some_and(|f| f.lost)
+    as_worker_failure(err).is_some_and(WorkerFailure::lost)
 }
 
 /// A plan that cannot be distributed without changing its answer: surfaces in Python as
@@ -153,38 +198,44 @@ fn external(err: &DataFusionError) -> Option<&External> {
     }
 }
 
-/// What a broken connection to a worker means, in plain words (tonic and h2 say it many
-/// ways; their text is all there is).
-fn what_happened(root: &DataFusionError) -> String {
-    let text = root.to_string();
-    let said = |words: &[&str]| words.iter().any(|w| text.contains(w));
-    let status = external(root).and_then(|e| {
-        e.downcast_ref::<tonic::Status>().or_else(|| {
-            match e.downcast_ref::<arrow_flight::error::FlightError>() {
-                Some(arrow_flight::error::FlightError::Tonic(s)) => Some(s.as_ref()),
-                _ => None,
-            }
-        })
+/// What a broken connection to a worker means: classified from the error's sources (the OS's
+/// error kind, the gRPC status code), and said in plain words.
+fn what_happened(root: &DataFusionError) -> (FailureKind, String) {
+    let Some(e) = external(root) else {
+        return (FailureKind::Died, format!("failed ({root})"));
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return match io.kind() {
+                ConnectionRefused => (
+                    FailureKind::Unreachable,
+                    "is unreachable (connection refused)".into(),
+                ),
+                TimedOut => (
+                    FailureKind::StoppedAnswering,
+                    "stopped answering (timed out)".into(),
+                ),
+                _ => (FailureKind::Died, "died (connection reset)".into()),
+            };
+        }
+        cause = c.source();
+    }
+    let status = e.downcast_ref::<tonic::Status>().or_else(|| match e
+        .downcast_ref::<arrow_flight::error::FlightError>(
+    ) {
+        Some(arrow_flight::error::FlightError::Tonic(s)) => Some(s.as_ref()),
+        _ => None,
     });
-    if said(&["keep-alive", "keepalive", "KeepAlive"]) {
-        "stopped answering (no keep-alive reply for 20 s)".to_string()
-    } else if said(&[
-        "h2 protocol error",
-        "connection reset",
-        "Connection reset",
-        "error reading a body",
-        "broken pipe",
-        "BrokenPipe",
-        "connection closed",
-        "Connection refused",
-    ]) {
-        "died (connection reset)".to_string()
-    } else if status.is_some_and(|s| s.code() == tonic::Code::DeadlineExceeded) {
-        "stopped answering (deadline exceeded)".to_string()
-    } else if let Some(s) = status {
-        format!("failed ({:?}: {})", s.code(), s.message())
-    } else {
-        format!("failed ({text})")
+    match status.map(tonic::Status::code) {
+        Some(tonic::Code::DeadlineExceeded) => (
+            FailureKind::StoppedAnswering,
+            "stopped answering (deadline exceeded)".into(),
+        ),
+        // Unavailable, Cancelled, Unknown: the connection broke under the stream. Whether the
+        // worker died or froze is told by asking it again (`Query::name_lost_peer`).
+        Some(_) | None => (FailureKind::Died, "died (connection reset)".into()),
     }
 }
 
@@ -200,22 +251,26 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
         }
     }
     if is_rejected_credentials(&err) {
-        return worker_failure(format!(
-            "worker {worker} rejected this coordinator's credentials (a missing or wrong \
-             token): give this DistributedContext the cluster's Security"
-        ));
+        return worker_failure(
+            Some(worker),
+            FailureKind::RejectedCredentials,
+            "rejected this coordinator's credentials (a missing or wrong token): give this \
+             DistributedContext the cluster's Security"
+                .into(),
+        );
     }
     if is_transport(&err) {
-        return worker_lost(worker, what_happened(err.find_root()));
+        let (kind, what) = what_happened(err.find_root());
+        return worker_lost(worker, kind, what);
     }
     let text = err.find_root().to_string();
-    if BROKEN_CONNECTION.iter().any(|w| text.contains(w)) {
-        let what = what_happened(err.find_root());
-        return DataFusionError::External(Box::new(WorkerFailure {
-            message: format!("worker {worker} lost its connection to another worker, which {what}"),
-            worker: Some(worker.to_string()),
-            lost: true,
-        }));
+    if PEER_CONNECTION_LOST.iter().any(|w| text.contains(w)) {
+        // The worker's own words say which peer and why (and, for TLS, what to set where).
+        return worker_lost(
+            worker,
+            FailureKind::LostPeer,
+            format!("lost its connection to another worker: {text}"),
+        );
     }
     DataFusionError::External(Box::new(RaisedOnWorker {
         worker: worker.to_string(),
@@ -229,14 +284,17 @@ mod tests {
 
     #[test]
     fn wrapped_worker_failures_are_found() {
-        let err = worker_failure("worker http://h:1 died".into());
+        let err = worker_failure(Some("http://h:1"), FailureKind::Refused, "is unfit".into());
         let wrapped = DataFusionError::Context("running stage".into(), Box::new(err));
-        assert_eq!(
-            as_worker_failure(&wrapped).map(|f| f.message.as_str()),
-            Some("worker http://h:1 died")
-        );
+        let found = as_worker_failure(&wrapped).unwrap();
+        assert_eq!(found.to_string(), "worker http://h:1 is unfit");
+        assert_eq!(found.kind, FailureKind::Refused);
         assert!(!is_worker_lost(&wrapped));
-        let lost = worker_lost("http://h:1", "died (connection reset)".into());
+        let lost = worker_lost(
+            "http://h:1",
+            FailureKind::Died,
+            "died (connection reset)".into(),
+        );
         assert!(is_worker_lost(&lost));
         assert_eq!(
             as_worker_failure(&lost).unwrap().worker.as_deref(),
@@ -250,11 +308,43 @@ mod tests {
         let refused = DataFusionError::External(Box::new(tonic::Status::unauthenticated("no")));
         assert!(is_rejected_credentials(&refused));
         let named = name_worker("http://h:1", refused);
-        let text = as_worker_failure(&named).unwrap().to_string();
+        let failure = as_worker_failure(&named).unwrap();
+        assert_eq!(failure.kind, FailureKind::RejectedCredentials);
+        let text = failure.to_string();
         assert!(text.starts_with("worker http://h:1 rejected this coordinator's credentials"));
         let again = name_worker("http://h:1", named);
         assert_eq!(as_worker_failure(&again).unwrap().to_string(), text);
         let other = DataFusionError::External(Box::new(tonic::Status::internal("boom")));
         assert!(!is_rejected_credentials(&other));
+    }
+
+    #[test]
+    fn broken_connections_are_classified_by_their_sources() {
+        let io = |kind| {
+            let status = tonic::Status::from_error(Box::new(std::io::Error::from(kind)));
+            as_worker_failure(&name_worker(
+                "http://h:1",
+                DataFusionError::External(Box::new(status)),
+            ))
+            .map(|f| f.kind)
+        };
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionRefused),
+            Some(FailureKind::Unreachable)
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::ConnectionReset),
+            Some(FailureKind::Died)
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::TimedOut),
+            Some(FailureKind::StoppedAnswering)
+        );
+        let deadline = tonic::Status::deadline_exceeded("slow");
+        let named = name_worker("http://h:1", DataFusionError::External(Box::new(deadline)));
+        assert_eq!(
+            as_worker_failure(&named).unwrap().kind,
+            FailureKind::StoppedAnswering
+        );
     }
 }

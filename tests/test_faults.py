@@ -87,6 +87,7 @@ def test_a_dead_url_in_a_static_list_leaves_the_others_serving(ctx, caplog):
         with pytest.raises(WorkerError, match="min_workers=3") as e:
             strict.sql(sql).collect()
         assert e.value.worker_url == dead_url
+        assert e.value.kind == "unreachable"
         assert str(e.value).startswith(f"worker {dead_url} is unreachable (connection refused)")
 
 
@@ -125,6 +126,7 @@ def test_without_retries_a_killed_worker_is_a_worker_error_naming_it(tpch_dir):
             dctx.sql(SLOW).collect()
         assert time.monotonic() - start < 30
         assert e.value.worker_url == url
+        assert e.value.kind == "died"
         text = str(e.value)
         assert text.startswith(f"worker {url} died"), text
         for noise in ("FFI error", "External error", "h2 protocol", "tonic"):
@@ -200,6 +202,7 @@ def test_without_retries_a_frozen_worker_is_a_worker_error_naming_it(tmp_path):
             run.df.collect()
         assert time.monotonic() - start < 45
         assert e.value.worker_url == run.url
+        assert e.value.kind == "stopped_answering"
         assert str(e.value).startswith(f"worker {run.url} stopped answering"), str(e.value)
         run.thaw()
         sql = "SELECT k, count(*) AS n FROM t GROUP BY k"
@@ -220,6 +223,7 @@ def test_a_worker_frozen_mid_stream_is_named_as_frozen(tmp_path):
                 pass
         assert time.monotonic() - start < 45
         assert e.value.worker_url == run.url
+        assert e.value.kind == "stopped_answering"
         assert str(e.value).startswith(f"worker {run.url} stopped answering"), str(e.value)
 
 

@@ -95,6 +95,7 @@ def test_wrong_or_missing_token_fails_fast_naming_the_worker(ctx, cluster):
             dctx.sql("SELECT 1").collect()
         assert time.monotonic() - start < 5
         msg = str(err.value)
+        assert err.value.kind == "rejected_credentials"
         assert "rejected this coordinator's credentials" in msg
         assert any(url in msg for url in cluster.urls), msg
         assert cluster.security.token not in msg and "not-the-token" not in msg

@@ -10,7 +10,7 @@ use url::Url;
 
 use crate::errors::{
     as_worker_failure, is_rejected_credentials, is_worker_failure, is_worker_lost, name_worker,
-    worker_failure, worker_lost,
+    worker_failure, worker_lost, FailureKind,
 };
 use crate::protocol::{display_url, unreachable, WorkerChannels};
 use crate::VERSION;
@@ -67,6 +67,7 @@ async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result
     match info {
         Err(_) => Err(worker_lost(
             shown,
+            FailureKind::StoppedAnswering,
             format!(
                 "stopped answering (no handshake answer within {} s)",
                 HANDSHAKE_TIMEOUT.as_secs()
@@ -76,15 +77,19 @@ async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result
             Err(name_worker(shown, e))
         }
         Ok(Err(e)) => Err(unreachable(url, &e.find_root().message())),
-        Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(format!(
-            "worker {shown} runs datafusion-distributed-py {}, but this coordinator runs \
-             {VERSION}; run the same release on the coordinator and every worker",
-            if info.version.is_empty() {
-                "<unknown>"
-            } else {
-                &info.version
-            }
-        ))),
+        Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(
+            Some(shown),
+            FailureKind::VersionMismatch,
+            format!(
+                "runs datafusion-distributed-py {}, but this coordinator runs {VERSION}; run \
+                 the same release on the coordinator and every worker",
+                if info.version.is_empty() {
+                    "<unknown>"
+                } else {
+                    &info.version
+                }
+            ),
+        )),
         Ok(Ok(_)) => Ok(()),
     }
 }
@@ -161,7 +166,13 @@ fn too_few(
     min_workers: usize,
 ) -> DataFusionError {
     let first = match lost.len() {
-        0 => return worker_failure(format!("worker set: no workers ({usable} of {total})")),
+        0 => {
+            return worker_failure(
+                None,
+                FailureKind::Refused,
+                format!("worker set: no workers ({usable} of {total})"),
+            )
+        }
         _ => lost.remove(0),
     };
     if total == 1 {
@@ -176,12 +187,12 @@ fn too_few(
         true => String::new(),
         false => format!("; also lost: {}", others.join(", ")),
     };
-    let message = failure.message.trim_start_matches("worker ");
-    let (worker, what) = message.split_once(' ').unwrap_or((message, ""));
-    worker_lost(
-        worker,
+    worker_failure(
+        failure.worker.as_deref(),
+        failure.kind,
         format!(
-            "{what}{also}; {usable} of {total} workers reachable, fewer than min_workers={}",
+            "{}{also}; {usable} of {total} workers reachable, fewer than min_workers={}",
+            failure.what,
             min_workers.max(1)
         ),
     )

@@ -31,7 +31,7 @@ use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
-    is_worker_lost, not_distributable,
+    is_worker_lost, not_distributable, FailureKind,
 };
 use crate::interpreter;
 use crate::leaves;
@@ -145,7 +145,9 @@ impl ClusterPlanner {
         let urls = self.urls().ok()?;
         let mut lost = lost_workers(channels, &urls).await;
         // A worker whose connection is refused is gone; one slow to answer may only be busy.
-        lost.sort_by_key(|e| e.to_string().contains("stopped answering"));
+        lost.sort_by_key(|e| {
+            as_worker_failure(e).is_some_and(|f| f.kind == FailureKind::StoppedAnswering)
+        });
         let first = lost.into_iter().next()?;
         if let Some(url) = as_worker_failure(&first)
             .and_then(|f| f.worker.as_deref())

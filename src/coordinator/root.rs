@@ -93,7 +93,7 @@ impl Attempt {
         let worker = failure.and_then(|f| f.worker.clone()).unwrap_or_default();
         log::warn!(
             "{}: running the query again on the workers left (run {} of at most {})",
-            failure.map_or_else(|| err.to_string(), |f| f.message.clone()),
+            failure.map_or_else(|| err.to_string(), |f| f.to_string()),
             self.attempt + 1,
             self.query.max_retries() + 1
         );
@@ -167,13 +167,13 @@ impl ExecutionPlan for DistributedRootExec {
                     Some(Err(e)) if run.may_retry(&e) => {
                         if let Err(again) = run.next_run(&e).await {
                             run.done = true;
-                            return Some((Err(again), run));
+                            return Some((Err(run.query.failed(again)), run));
                         }
                     }
                     Some(Err(e)) => {
                         run.done = true;
                         let e = run.query.name_lost_peer(e).await;
-                        return Some((Err(e), run));
+                        return Some((Err(run.query.failed(e)), run));
                     }
                     None => {
                         run.done = true;

@@ -22,7 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::root::DistributedRootExec;
 use super::task_log::TaskLog;
-use crate::errors::{as_worker_failure, worker_lost};
+use crate::errors::{as_worker_failure, worker_lost, FailureKind};
 use crate::runtime;
 
 /// A run of the query: the plan executed and where its tasks went.
@@ -37,6 +37,22 @@ pub struct Query {
     /// Off while the result is being written (`write_parquet`...): such a run is never
     /// repeated.
     retries_on: AtomicBool,
+    /// The worker failure the latest scan ended with, as data: its text crosses FFI alone.
+    failure: Mutex<Option<FailureRecord>>,
+}
+
+/// A worker failure as Python's `WorkerError` carries it: the worker, the kind, the message.
+pub type FailureRecord = (Option<String>, &'static str, String);
+
+impl Query {
+    /// `err`, remembered as the scan's failure when it is a worker's.
+    pub fn failed(&self, err: DataFusionError) -> DataFusionError {
+        if let Some(f) = as_worker_failure(&err) {
+            let record = (f.worker.clone(), f.kind.name(), f.to_string());
+            *self.failure.lock().expect("poisoned") = Some(record);
+        }
+        err
+    }
 }
 
 impl Query {
@@ -81,7 +97,7 @@ impl Query {
     pub async fn name_lost_peer(&self, err: DataFusionError) -> DataFusionError {
         // A lost worker also breaks the streams of the others (reset, cancelled): ask them
         // all, and name the one that is really gone.
-        if !as_worker_failure(&err).is_some_and(|f| f.lost) {
+        if !as_worker_failure(&err).is_some_and(|f| f.lost()) {
             return err;
         }
         let planner = Arc::clone(&self.planner);
@@ -93,33 +109,30 @@ impl Query {
         let (Some(found), Some(failure)) = (found, as_worker_failure(&err)) else {
             return err;
         };
-        let Some((lost, probe)) =
-            as_worker_failure(&found).and_then(|f| Some((f.worker.clone()?, f.message.as_str())))
+        let Some((lost, probed)) =
+            as_worker_failure(&found).and_then(|f| Some((f.worker.clone()?, f)))
         else {
             return err;
         };
-        // "worker <url> <what>": what the probe found now.
-        let probed = probe.splitn(3, ' ').nth(2).unwrap_or("unreachable");
         // A broken stream reads the same whether its worker died or froze (h2 ends them
         // alike); a probe that gets no answer at all tells the frozen one.
-        let froze = probed.starts_with("stopped answering");
+        let froze = probed.kind == FailureKind::StoppedAnswering;
         if failure.worker.as_deref() == Some(lost.as_str()) {
-            if froze && !failure.message.contains("stopped answering") {
-                return worker_lost(&lost, probed.to_string());
+            if froze && failure.kind != FailureKind::StoppedAnswering {
+                return worker_lost(&lost, probed.kind, probed.what.clone());
             }
             return err;
         }
         if froze {
-            return worker_lost(&lost, probed.to_string());
+            return worker_lost(&lost, probed.kind, probed.what.clone());
         }
-        // It died mid-query; the probe only found it gone: say it as what happened.
-        // The probe's own cause only: a hint after it (TLS settings) is for a worker never
-        // reached, not for one that was serving this query.
-        let cause = probed
-            .split_once(" (")
-            .and_then(|(_, c)| c.split_once(')'))
-            .map_or("unreachable", |(c, _)| c);
-        worker_lost(&lost, format!("died ({cause})"))
+        // It died mid-query; the probe only found it gone (refused, reset): say it as what
+        // happened, without the probe's hints, which are for a worker never reached.
+        let cause = match probed.kind {
+            FailureKind::Unreachable => "it no longer accepts connections",
+            _ => "connection reset",
+        };
+        worker_lost(&lost, FailureKind::Died, format!("died ({cause})"))
     }
 
     /// The task log of the latest run.
@@ -155,6 +168,7 @@ impl DistributedTable {
                 request,
                 runs: Mutex::default(),
                 retries_on: AtomicBool::new(true),
+                failure: Mutex::default(),
             }),
             planned: Arc::clone(&planned.plan),
             exact_rows: planned.exact_rows,
@@ -190,9 +204,15 @@ impl DistributedTable {
         self.query.runs.lock().expect("poisoned").clone()
     }
 
+    /// The worker failure the latest scan ended with (`(worker, kind, message)`), if any.
+    pub fn last_failure(&self) -> Option<FailureRecord> {
+        self.query.failure.lock().expect("poisoned").clone()
+    }
+
     /// A new run of the query (a scan), projected to `projection`: the plan made at
     /// submission when it was not run yet and the worker set is unchanged, else a new one.
     pub async fn start(&self, projection: Option<&Vec<usize>>) -> Result<Arc<DistributedRootExec>> {
+        *self.query.failure.lock().expect("poisoned") = None;
         let (plan, task_ctx) = match self.take_unused() {
             Some(Planned {
                 plan,
@@ -205,7 +225,11 @@ impl DistributedTable {
                 runs.push((Arc::clone(&plan), log));
                 (project(plan, projection)?, task_ctx)
             }
-            None => self.query.plan_run(1, projection).await?,
+            None => self
+                .query
+                .plan_run(1, projection)
+                .await
+                .map_err(|e| self.query.failed(e))?,
         };
         Ok(Arc::new(DistributedRootExec::new(
             plan,

@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
 use super::urls::display_url;
-use crate::errors::{worker_failure, worker_lost};
+use crate::errors::{worker_failure, worker_lost, FailureKind};
 use crate::security::Security;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,17 +94,23 @@ impl WorkerChannels {
                     .map_err(unreachable)?;
             }
             #[cfg(not(feature = "tls"))]
-            return Err(worker_failure(format!(
-                "worker {}: this build of datafusion-distributed-py has no TLS support",
-                display_url(url)
-            )));
+            return Err(worker_failure(
+                Some(display_url(url)),
+                FailureKind::Refused,
+                "is addressed with https://, but this build of datafusion-distributed-py has no \
+                 TLS support"
+                    .into(),
+            ));
         } else if self.security.tls.is_some() {
-            return Err(worker_failure(format!(
-                "worker {} is addressed with http://, but this side is configured for TLS: \
-                 use https://{}",
-                display_url(url),
-                display_url(url).trim_start_matches("http://")
-            )));
+            return Err(worker_failure(
+                Some(display_url(url)),
+                FailureKind::Refused,
+                format!(
+                    "is addressed with http://, but this side is configured for TLS: use \
+                     https://{}",
+                    display_url(url).trim_start_matches("http://")
+                ),
+            ));
         }
         endpoint.connect().await.map_err(unreachable)
     }
@@ -162,6 +168,7 @@ pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
 pub fn unreachable_from(side: Side, url: &Url, cause: &str) -> DataFusionError {
     worker_lost(
         display_url(url),
+        FailureKind::Unreachable,
         format!(
             "is unreachable ({}){}",
             plain_cause(cause),
@@ -266,7 +273,7 @@ mod tests {
                      Transport, hyper::Error(Io, Custom { kind: BrokenPipe, error: \"stream \
                      closed because of a broken pipe\" }))";
         let err = unreachable(&Url::parse("http://127.0.0.1:1").unwrap(), cause);
-        let text = &as_worker_failure(&err).unwrap().message;
+        let text = &as_worker_failure(&err).unwrap().to_string();
         assert!(
             text.contains("is unreachable (connection closed)"),
             "{text}"

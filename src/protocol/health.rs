@@ -10,7 +10,7 @@ use url::Url;
 
 use super::grpc::WorkerChannels;
 use super::urls::display_url;
-use crate::errors::worker_failure;
+use crate::errors::{worker_failure, FailureKind};
 
 /// The worker's overall serving status (`SERVING`, `NOT_SERVING`, ...), within `timeout`.
 pub async fn check_health(
@@ -27,14 +27,21 @@ pub async fn check_health(
             })
             .await
             .map_err(|status| {
-                worker_failure(format!(
-                    "worker {shown} health check failed: {}",
-                    status.message()
-                ))
+                worker_failure(
+                    Some(shown),
+                    FailureKind::Refused,
+                    format!("health check failed: {}", status.message()),
+                )
             })
     })
     .await
-    .map_err(|_| worker_failure(format!("worker {shown} did not answer within {timeout:?}")))??;
+    .map_err(|_| {
+        worker_failure(
+            Some(shown),
+            FailureKind::StoppedAnswering,
+            format!("did not answer within {timeout:?}"),
+        )
+    })??;
     let status =
         ServingStatus::try_from(asked.into_inner().status).unwrap_or(ServingStatus::Unknown);
     Ok(status.as_str_name().to_string())

@@ -45,6 +45,7 @@ pub fn to_py_err(err: DataFusionError) -> PyErr {
             let url = failure.worker.clone();
             // Never fails on an exception instance; a failure here would only lose the attribute.
             let _ = py_err.value(py).setattr("worker_url", url);
+            let _ = py_err.value(py).setattr("kind", failure.kind.name());
         });
         return py_err;
     }

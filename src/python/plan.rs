@@ -230,6 +230,12 @@ impl DistributedPlan {
             .collect()
     }
 
+    /// The worker failure the latest run ended with, as `(worker_url, kind, message)`: what
+    /// reached Python through datafusion-python as text only.
+    fn last_failure(&self) -> Option<(Option<String>, &'static str, String)> {
+        self.table.last_failure()
+    }
+
     /// Lets a lost worker cost a retry of the query (the default), or not (while writing).
     fn set_retries(&self, on: bool) {
         self.table.set_retries(on);
