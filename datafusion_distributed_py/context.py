@@ -513,11 +513,13 @@ class DistributedContext:
             cause = str(e).splitlines()[0]
             raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
         writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
+        # Plans reading lakehouse tables go through the twin carrying their scans' codec.
+        wire = self._wire if _reads_snapshots(physical) else self._ctx
         try:
-            plan_bytes = physical.to_bytes(self._wire)
+            plan_bytes = physical.to_bytes(wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
-        codec = self._wire.__datafusion_physical_extension_codec__()
+        codec = wire.__datafusion_physical_extension_codec__()
         table_scans = _text_file_scans(physical, fresh)
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(feed)
@@ -755,6 +757,18 @@ def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
             tables.setdefault(str(variant.table_name()), ".".join(quoted))
         pending.extend(reversed(node.inputs()))
     return tables
+
+
+def _reads_snapshots(physical: ExecutionPlan) -> bool:
+    """Whether ``physical`` scans a lakehouse table (its foreign leaf, ``SnapshotScanExec``,
+    by the node's own one-line display: datafusion-python 55 gives no node type)."""
+    pending = [physical]
+    while pending:
+        node = pending.pop()
+        if node.display().startswith("FFI_ExecutionPlan: SnapshotScanExec"):
+            return True
+        pending.extend(node.children())
+    return False
 
 
 def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:

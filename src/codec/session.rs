@@ -1,11 +1,11 @@
 //! The session's own codec, imported over FFI from datafusion-python, and what we add to it.
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::{ConfigOptions, Extensions};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{
     AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, WindowUDF,
@@ -14,6 +14,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
 use super::our_nodes;
+use datafusion_ffi::udaf::ForeignAggregateUDF;
+use datafusion_ffi::udf::ForeignScalarUDF;
 
 /// The session's own codec (imported over FFI), wrapped for three reasons.
 ///
@@ -79,15 +81,23 @@ impl SessionCodec {
                 ))
             });
         }
-        let decoded = F::decode(self.inner.as_ref(), name, buf)?;
+        let decoded = match F::decode(self.inner.as_ref(), name, buf) {
+            // Sent by name and not found where the plan is decoded: a DataFusion built-in is
+            // ours to give (a session chain with extension codecs installed resolves no name).
+            Err(e) if buf.is_empty() => F::builtin(name).ok_or(e)?,
+            decoded => decoded?,
+        };
         self.remember(F::KIND, name, buf);
         Ok(decoded)
     }
 
-    /// Encodes a function with the payload it was decoded from, if any (see the type).
+    /// Encodes a function with the payload it was decoded from, if any (see the type). One
+    /// of this library's own (a DataFusion built-in, resolved by name) travels by name: handed
+    /// to the session's codec chain it could come back tagged by a codec that cannot decode it.
     fn encode<F: Function>(&self, name: &str, node: &F, buf: &mut Vec<u8>) -> Result<()> {
         match self.recall(F::KIND, name, buf) {
             true => Ok(()),
+            false if F::is_ours(node) => Ok(()),
             false => F::encode(self.inner.as_ref(), node, buf),
         }
     }
@@ -174,10 +184,35 @@ trait Function: Sized {
     fn decode(codec: &dyn PhysicalExtensionCodec, name: &str, buf: &[u8]) -> Result<Arc<Self>>;
     fn encode(codec: &dyn PhysicalExtensionCodec, node: &Self, buf: &mut Vec<u8>) -> Result<()>;
     fn registered(registry: &TaskContext, name: &str) -> Option<Arc<Self>>;
+    /// Implemented in this library (not a function of another one, reached over FFI).
+    fn is_ours(node: &Self) -> bool;
+    /// DataFusion's built-in function of this name, if there is one.
+    fn builtin(name: &str) -> Option<Arc<Self>> {
+        Self::registered(builtins(), name)
+    }
+}
+
+/// DataFusion's built-in functions, as a task context's registry.
+fn builtins() -> &'static TaskContext {
+    static BUILTINS: OnceLock<Arc<TaskContext>> = OnceLock::new();
+    BUILTINS.get_or_init(|| {
+        SessionStateBuilder::new()
+            .with_default_features()
+            .build()
+            .task_ctx()
+    })
 }
 
 macro_rules! function_kind {
-    ($ty:ty, $kind:literal, $by_name:literal, $decode:ident, $encode:ident, $registry:ident) => {
+    (
+        $ty:ty,
+        $kind:literal,
+        $by_name:literal,
+        $decode:ident,
+        $encode:ident,
+        $registry:ident,
+        $ours:expr
+    ) => {
         impl Function for $ty {
             const KIND: &'static str = $kind;
             const COMES_BACK_BY_NAME: bool = $by_name;
@@ -194,6 +229,9 @@ macro_rules! function_kind {
             fn registered(registry: &TaskContext, name: &str) -> Option<Arc<Self>> {
                 registry.$registry().get(name).cloned()
             }
+            fn is_ours(node: &Self) -> bool {
+                $ours(node)
+            }
         }
     };
 }
@@ -204,7 +242,8 @@ function_kind!(
     false,
     try_decode_udf,
     try_encode_udf,
-    scalar_functions
+    scalar_functions,
+    |f: &ScalarUDF| f.inner().downcast_ref::<ForeignScalarUDF>().is_none()
 );
 function_kind!(
     AggregateUDF,
@@ -212,7 +251,8 @@ function_kind!(
     false,
     try_decode_udaf,
     try_encode_udaf,
-    aggregate_functions
+    aggregate_functions,
+    |f: &AggregateUDF| f.inner().downcast_ref::<ForeignAggregateUDF>().is_none()
 );
 function_kind!(
     WindowUDF,
@@ -220,7 +260,10 @@ function_kind!(
     true,
     try_decode_udwf,
     try_encode_udwf,
-    window_functions
+    window_functions,
+    // Window functions keep going through the session's codec (Python ones travel in a
+    // request header besides).
+    |_: &WindowUDF| false
 );
 
 fn without_extensions(options: &ConfigOptions) -> Arc<ConfigOptions> {
