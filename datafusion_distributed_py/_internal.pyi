@@ -181,8 +181,8 @@ class WorkerServer:
     def stop(self, drain_seconds: float = 5.0) -> None:
         """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""
 
-#: ``(url, size, partition values as strings)`` of a lakehouse table's data file.
-_SnapshotFile = tuple[str, int, Sequence[str | None]]
+#: ``(url, size, rows or None, partition values as strings)`` of a lakehouse table's data file.
+_SnapshotFile = tuple[str, int, int | None, Sequence[str | None]]
 
 @final
 class SnapshotTable:

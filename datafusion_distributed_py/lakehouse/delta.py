@@ -24,8 +24,8 @@ _log = logging.getLogger(__name__)
 #: Reader features whose tables the files alone still answer faithfully.
 _READABLE_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 
-#: ``(url, size, partition values)`` of one data file, as the Rust core takes it.
-File = tuple[str, int, list[str | None]]
+#: ``(url, size, rows or None, partition values)`` of one data file, as the Rust core takes it.
+File = tuple[str, int, int | None, list[str | None]]
 
 
 def register_delta(
@@ -156,13 +156,18 @@ def _files(dt: DeltaTable, partition_columns: list[str]) -> list[File]:
     actions = pa.table(dt.get_add_actions(flatten=True))
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
+    counts = (
+        actions.column("num_records").to_pylist()
+        if "num_records" in actions.column_names
+        else [None] * len(paths)
+    )
     values: list[list[Any]] = [
         actions.column(f"partition.{c}").cast(pa.string()).to_pylist() for c in partition_columns
     ]
     uri = as_url(dt.table_uri)
     return [
-        (file_url(uri, path), int(size), [column[i] for column in values])
-        for i, (path, size) in enumerate(zip(paths, sizes, strict=True))
+        (file_url(uri, path), int(size), rows, [column[i] for column in values])
+        for i, (path, size, rows) in enumerate(zip(paths, sizes, counts, strict=True))
     ]
 
 

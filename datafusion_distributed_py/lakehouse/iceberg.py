@@ -148,7 +148,8 @@ def _files(table: Table, snapshot_id: int | None, partition_columns: list[str]) 
                 "was registered; register it again"
             )
         values = [_as_text(data.partition[positions[c]]) for c in partition_columns]
-        out.append((as_url(data.file_path), int(data.file_size_in_bytes), values))
+        size, rows = int(data.file_size_in_bytes), int(data.record_count)
+        out.append((as_url(data.file_path), size, rows, values))
     return out
 
 

@@ -23,15 +23,16 @@ use crate::object_stores::StoreSpec;
 use crate::runtime;
 use crate::tables::{self, BatchSource, SnapshotFile, SnapshotSource};
 
-/// A data file as Python lists it: `(url, size, partition values)`.
-type PyFile = (String, u64, Vec<Option<String>>);
+/// A data file as Python lists it: `(url, size, rows, partition values)`.
+type PyFile = (String, u64, Option<u64>, Vec<Option<String>>);
 
 fn to_files(files: Vec<PyFile>) -> Vec<SnapshotFile> {
     files
         .into_iter()
-        .map(|(url, size, partition_values)| SnapshotFile {
+        .map(|(url, size, rows, partition_values)| SnapshotFile {
             url,
             size,
+            rows,
             partition_values,
         })
         .collect()
@@ -63,7 +64,7 @@ pub struct SnapshotTable {
 impl SnapshotTable {
     /// `schema`: the table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in
     /// the table's order; `partitions_in_files`: whether the files hold the partition columns
-    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, partition values as strings)`; `source`: a
+    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, rows or None, partition values as strings)`; `source`: a
     /// callable listing the current files at each scan (a table that follows its log), or
     /// None; `stores`: `(url, kind, options)` of the stores the files live on.
     #[new]

@@ -4,7 +4,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, Result};
+use datafusion::common::stats::Precision;
+use datafusion::common::{DFSchema, Result, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
@@ -167,11 +168,15 @@ impl TableProvider for SnapshotTable {
             &self.partition_columns,
         )?))?;
         let mut files = Vec::with_capacity(snapshot.files.len());
-        for (file, values) in &snapshot.files {
+        let (mut rows, mut bytes) = (Some(0u64), 0u64);
+        for (i, (file, values)) in snapshot.files.iter().enumerate() {
             let mut probe = file.clone();
             probe.partition_values = values.clone();
             if filter_partitioned_file(probe, &partition_filters, &partition_schema)?.is_some() {
                 files.push(file.clone());
+                let counted = snapshot.rows.as_ref().map(|r| r[i]);
+                rows = rows.zip(counted).map(|(a, b)| a + b);
+                bytes += file.object_meta.size;
             }
         }
         if files.is_empty() {
@@ -213,7 +218,15 @@ impl TableProvider for SnapshotTable {
             .collect::<std::result::Result<_, _>>()?;
         let mut scan_indices = in_scan.clone();
         scan_indices.sort_unstable();
+        // The log's row counts, as a listing table reads them from footers: they size joins'
+        // sides and the distributed planner's tasks (inexact once a filter may drop rows).
+        let statistics = Statistics {
+            num_rows: rows.map_or(Precision::Absent, |r| Precision::Exact(r as usize)),
+            total_byte_size: Precision::Inexact(bytes as usize),
+            column_statistics: Statistics::unknown_column(&scan_schema),
+        };
         let config = FileScanConfigBuilder::new(snapshot.store.clone(), Arc::new(source))
+            .with_statistics(statistics)
             .with_file_groups(file_groups.into_iter().map(FileGroup::new).collect())
             .with_projection_indices(Some(scan_indices.clone()))?
             .with_limit(limit)
@@ -282,6 +295,7 @@ mod tests {
                 files.push(SnapshotFile {
                     url: url::Url::from_file_path(&path).unwrap().to_string(),
                     size: std::fs::metadata(&path).unwrap().len(),
+                    rows: Some(3),
                     partition_values: vec![Some(part.to_string())],
                 });
             }

@@ -14,6 +14,8 @@ pub struct SnapshotFile {
     /// Absolute URL (`file:///...`, `s3://bucket/...`).
     pub url: String,
     pub size: u64,
+    /// Its row count, when the log records it.
+    pub rows: Option<u64>,
     /// The value of each partition column, as the log writes it (None: null).
     pub partition_values: Vec<Option<String>>,
 }
@@ -25,6 +27,8 @@ pub struct Snapshot {
     /// Each file, with its partition values (typed) for pruning. Where the partition columns
     /// are not stored in the files (Delta), the scan adds them as columns too.
     pub files: Vec<(PartitionedFile, Vec<ScalarValue>)>,
+    /// Each file's row count, when the log records every file's.
+    pub rows: Option<Vec<u64>>,
 }
 
 impl Snapshot {
@@ -67,7 +71,12 @@ impl Snapshot {
             out.push((pf, values));
         }
         let store = store.unwrap_or_else(ObjectStoreUrl::local_filesystem);
-        Ok(Self { store, files: out })
+        let rows = files.iter().map(|f| f.rows).collect();
+        Ok(Self {
+            store,
+            files: out,
+            rows,
+        })
     }
 }
 
@@ -112,6 +121,7 @@ mod tests {
         let files = [SnapshotFile {
             url: "file:///t/p=1/d=2020-01-02/a%20b.parquet".into(),
             size: 10,
+            rows: Some(3),
             partition_values: vec![Some("1".into()), None],
         }];
         let s = Snapshot::new(&files, &fields, true).unwrap();
