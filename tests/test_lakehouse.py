@@ -312,3 +312,30 @@ def test_iceberg_renamed_column_falls_back_naming_it(catalog, caplog):
     assert "Iceberg table t (ns.r) has renamed columns (v, value)" in caplog.text
     for raw in ("FFI_ExecutionPlan", "bug report"):
         assert raw not in caplog.text
+
+
+def test_iceberg_table_on_s3(tmp_path, workers):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    with moto_bucket() as endpoint:
+        catalog = SqlCatalog(
+            "s3",
+            uri=f"sqlite:///{tmp_path}/catalog.db",
+            warehouse=f"s3://{BUCKET}/warehouse",
+            **{
+                "s3.endpoint": endpoint,
+                "s3.access-key-id": "key",
+                "s3.secret-access-key": SECRET,
+                "s3.region": "us-east-1",
+                # pyarrow's multipart uploads fail against moto; s3fs's do not.
+                "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            },
+        )
+        catalog.create_namespace("ns")
+        table = catalog.create_table("ns.t", schema=_rows(0, 1).schema)
+        for i in range(2):
+            table.append(_rows(i * 500, 500))
+        dctx = DistributedContext(SessionContext(), workers=workers, config=TINY)
+        dctx.register_iceberg("t", table)
+        _check(dctx, _pyiceberg(table), QUERIES[0])
+        assert dctx.ctx.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 1000}]
