@@ -191,8 +191,10 @@ impl TableProvider for SnapshotTable {
         let table_schema = TableSchema::builder(Arc::clone(&self.file_schema))
             .with_table_partition_cols(self.added_columns()?)
             .build();
-        let mut options = TableParquetOptions::default();
-        options.global = state.config_options().execution.parquet.clone();
+        let options = TableParquetOptions {
+            global: state.config_options().execution.parquet.clone(),
+            ..Default::default()
+        };
         let mut source = ParquetSource::new(table_schema).with_table_parquet_options(options);
         let scan_schema = self.scan_schema()?;
         // Row groups are pruned by the filters too (statistics, bloom filters).

@@ -144,11 +144,13 @@ mod tests {
             SnapshotFile {
                 url: "s3://a/x.parquet".into(),
                 size: 1,
+                rows: None,
                 partition_values: vec![],
             },
             SnapshotFile {
                 url: "s3://b/y.parquet".into(),
                 size: 1,
+                rows: None,
                 partition_values: vec![],
             },
         ];
