@@ -5,6 +5,9 @@
 //! often not be distributed at all. We size the stage by the table's bytes (like a file scan)
 //! and deal its batches round-robin to the tasks, so each worker receives only its share.
 //!
+//! Upstream: datafusion-distributed 4.0.0's `FileScanConfig` task-count rule
+//! (`src/distributed_planner/`) is private, so `tasks_for_bytes` repeats it for memory scans;
+//! delete both when the crate sizes and splits `MemorySourceConfig` scans itself.
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
