@@ -1,7 +1,12 @@
-"""TPC-H as Delta Lake tables, side by side: single-node through deltalake's own provider,
-and our embedded cluster and LocalCluster(2) through ``register_delta``.
+"""TPC-H as Delta Lake (or Iceberg) tables, side by side: single-node through deltalake's own
+provider, and our embedded cluster and LocalCluster(2) through ``register_delta``.
 
-    python -m benchmarks.lakehouse [--sf 1] [--parts 4] [--repeat 2]
+    python -m benchmarks.lakehouse [--sf 1] [--parts 4] [--repeat 2] [--format iceberg]
+
+With ``--format iceberg`` the tables are Iceberg tables of a local SQL catalog, partitioned the
+same way by identity; single-node reads them through ``register_iceberg`` on a plain
+``SessionContext`` (pyiceberg-core's provider is built for DataFusion 54 and cannot be
+registered on a datafusion 55 session).
 
 The TPC-H parquet files are written once as Delta tables (``lineitem`` partitioned by
 ``l_returnflag``, ``orders`` by ``o_orderstatus``, the others unpartitioned; ``parts``
@@ -17,11 +22,13 @@ import argparse
 from contextlib import ExitStack
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from datafusion import SessionContext
 
 from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
 from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpch
+from datafusion_distributed_py.lakehouse import register_iceberg
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 PARTITIONED = {"lineitem": ["l_returnflag"], "orders": ["o_orderstatus"]}
@@ -46,18 +53,70 @@ def write_delta(parquet: Path, out: Path) -> Path:
     return out
 
 
+def write_iceberg(parquet: Path, out: Path):
+    """The TPC-H tables under ``parquet`` as Iceberg tables of a SQL catalog under ``out``
+    (reused when there); returns the catalog."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    catalog = SqlCatalog("tpch", uri=f"sqlite:///{out}/catalog.db", warehouse=f"file://{out}")
+    marker = out / ".complete"
+    if marker.exists():
+        return catalog
+    catalog.create_namespace_if_not_exists("tpch")
+
+    def read(part: Path) -> pa.Table:
+        # pyiceberg partitions with kernels that take no view types.
+        t = pq.read_table(part)
+        plain = [pa.string() if pa.types.is_string_view(f.type) else f.type for f in t.schema]
+        return t.cast(
+            pa.schema([pa.field(f.name, ty) for f, ty in zip(t.schema, plain, strict=True)])
+        )
+
+    for table in tpch.TABLES:
+        parts = sorted((parquet / table).glob("*.parquet"))
+        first = read(parts[0])
+        name = f"tpch.{table}"
+        if catalog.table_exists(name):
+            catalog.drop_table(name)
+        created = catalog.create_table(name, schema=first.schema)
+        for column in PARTITIONED.get(table, []):
+            with created.update_spec() as spec:
+                spec.add_identity(column)
+        for part in parts:
+            created.append(read(part))
+    marker.touch()
+    return catalog
+
+
 def main() -> None:
     parser = data_arguments(argparse.ArgumentParser(description=__doc__), repeat=2)
     parser.add_argument("--queries", default="1-22", help="e.g. 1,3,5 or 1-22")
+    parser.add_argument("--format", choices=["delta", "iceberg"], default="delta")
     args = parser.parse_args()
-    from deltalake import DeltaTable
 
     data = Path(args.data) / f"sf{args.sf}-parts{args.parts}"
     parquet = tpch.generate(data, scale_factor=args.sf, parts=args.parts)
-    lake = write_delta(parquet, Path(args.data) / f"delta-sf{args.sf}-parts{args.parts}")
     single = SessionContext()
-    for table in tpch.TABLES:
-        single.register_table(table, DeltaTable(str(lake / table)))
+    if args.format == "delta":
+        from deltalake import DeltaTable
+
+        lake = write_delta(parquet, Path(args.data) / f"delta-sf{args.sf}-parts{args.parts}")
+        for table in tpch.TABLES:
+            single.register_table(table, DeltaTable(str(lake / table)))
+
+        def register(dctx: DistributedContext, table: str) -> None:
+            dctx.register_delta(table, lake / table)
+
+    else:
+        catalog = write_iceberg(parquet, Path(args.data) / f"iceberg-sf{args.sf}-parts{args.parts}")
+        for table in tpch.TABLES:
+            register_iceberg(single, table, catalog.load_table(f"tpch.{table}"))
+
+        def register(dctx: DistributedContext, table: str) -> None:
+            dctx.register_iceberg(table, catalog.load_table(f"tpch.{table}"))
+
     first, last = (args.queries.split("-") + [None])[:2]
     queries = (
         range(int(first), int(last) + 1) if last else [int(q) for q in args.queries.split(",")]
@@ -69,7 +128,7 @@ def main() -> None:
         for mode, workers in modes.items():
             dctx = DistributedContext(SessionContext(), workers=workers, progress=False)
             for table in tpch.TABLES:
-                dctx.register_delta(table, lake / table)
+                register(dctx, table)
             dctxs[mode] = dctx
 
         def runner(mode: str):
@@ -87,12 +146,14 @@ def main() -> None:
 
         runners = {m: runner(m) for m in ("single", *modes)}
         totals = dict.fromkeys(runners, 0.0)
+        reference = "deltalake" if args.format == "delta" else "register_iceberg"
         lines = [
-            f"# TPC-H SF{args.sf} as Delta tables: deltalake single-node vs distributed",
+            f"# TPC-H SF{args.sf:g} as {args.format.capitalize()} tables: single-node "
+            f"({reference}) vs distributed",
             "",
             f"{machine()}; best of {args.repeat}; rows checked against single-node.",
             "",
-            "| query | single (deltalake) s | embedded s | local2 s | embedded / single "
+            f"| query | single ({reference}) s | embedded s | local2 s | embedded / single "
             "| local2 / single |",
             "|---|---|---|---|---|---|",
         ]
@@ -123,7 +184,8 @@ def main() -> None:
         print(total)
         lines.append(total)
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"lakehouse_sf{args.sf:g}.md"
+    suffix = "" if args.format == "delta" else "_iceberg"
+    out = RESULTS / f"lakehouse_sf{args.sf:g}{suffix}.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
 

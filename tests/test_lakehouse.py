@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -104,6 +105,16 @@ def test_delta_time_travel(delta_path, workers):
     dctx.ctx.deregister_table("t")
     dctx.register_delta("t", DeltaTable(delta_path, version=1))
     assert dctx.sql(sql).to_pylist() == [{"n": 2000, "m": 1999}]
+
+
+def test_delta_time_travel_by_timestamp(delta_path, workers):
+    # The commit times the log recorded: version 1's, given as a timezone-aware datetime.
+    history = {h["version"]: h["timestamp"] for h in DeltaTable(delta_path).history()}
+    at = datetime.fromtimestamp(history[1] / 1000, tz=timezone.utc)
+    dctx = DistributedContext(SessionContext(), workers=workers, config=TINY)
+    dctx.register_delta("t", delta_path, version=at)
+    df = dctx.sql("SELECT count(*) AS n FROM t")
+    assert df.to_pylist() == [{"n": 2000}]
 
 
 def test_commits_are_seen_by_the_next_query(delta_path, workers):
