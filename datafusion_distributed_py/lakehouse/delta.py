@@ -41,8 +41,9 @@ def register_delta(
 
     ``table`` is a ``deltalake.DeltaTable`` (read at the version it was loaded at, as
     ``ctx.register_table(name, table)`` reads it) or the table's path or URI, which follows the
-    log: each query reads the latest version, unless ``version`` (a version number or a
-    timestamp) pins one. ``storage_options`` are deltalake's (``AWS_ENDPOINT_URL``, keys,
+    log: each query reads the latest version's files, unless ``version`` (a version number or
+    a timestamp) pins one; its columns stay those of registration time (register it again to
+    see columns added later). ``storage_options`` are deltalake's (``AWS_ENDPOINT_URL``, keys,
     ``AWS_REGION``...), used for the workers' object store too.
 
     Single-node ``ctx.sql`` reads the same files. A version that uses what the files alone

@@ -33,7 +33,8 @@ def register_iceberg(
     ``name``, so that distributed queries read it on the workers.
 
     Without ``snapshot_id`` the table follows its catalog: each query reads the current
-    snapshot. The scan reads exactly the snapshot's data files (from its manifests), matching
+    snapshot's files (its columns stay those of registration time; register it again to see
+    columns added later). The scan reads exactly the snapshot's data files (from its manifests), matching
     columns by name and pruning files by identity partitions. A snapshot the files alone
     cannot answer faithfully (position or equality delete files, a renamed or re-added
     column, which Iceberg matches by field id) is registered as read by pyiceberg's own
