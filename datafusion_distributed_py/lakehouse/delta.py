@@ -68,8 +68,7 @@ def register_delta(
     if reason is not None:
         reason = f"Delta table {name} ({dt.table_uri}, version {dt.version()}) {reason}"
         _log.info("%s: registered through deltalake's own provider", reason)
-        ctx.register_table(name, dt)
-        registry.mark_single_node(ctx, name, reason)
+        registry.register(ctx, name, dt, [], reason)
         return
     uri = as_url(dt.table_uri)
     stores = store_for(uri, options)
@@ -78,18 +77,12 @@ def register_delta(
     source: Callable[[], list[File]] | None = None
     if follows_log:
         source = _follower(dt, partition_columns)
+    files = _files(dt, partition_columns)
+    raw_schema = schema.serialize().to_pybytes()
     provider = _internal.SnapshotTable(
-        name,
-        schema.serialize().to_pybytes(),
-        partition_columns,
-        False,
-        _files(dt, partition_columns),
-        source,
-        stores,
+        name, raw_schema, partition_columns, False, files, source, stores
     )
-    ctx.register_table(name, provider)
-    registry.mark_single_node(ctx, name, None)
-    registry.add_stores(ctx, stores)
+    registry.register(ctx, name, provider, stores)
 
 
 def _load(

@@ -34,8 +34,8 @@ def register_iceberg(
 
     Without ``snapshot_id`` the table follows its catalog: each query reads the current
     snapshot's files (its columns stay those of registration time; register it again to see
-    columns added later). The scan reads exactly the snapshot's data files (from its manifests), matching
-    columns by name and pruning files by identity partitions. A snapshot the files alone
+    columns added later). The scan reads exactly the snapshot's data files (from its
+    manifests), matching columns by name and pruning files by identity partitions. A snapshot the files alone
     cannot answer faithfully (position or equality delete files, a renamed or re-added
     column, which Iceberg matches by field id) is registered as read by pyiceberg's own
     reader instead, in this process, and its queries run single-node, saying why.
@@ -73,18 +73,12 @@ def register_iceberg(
     source: Callable[[], list[File]] | None = None
     if snapshot_id is None:
         source = _follower(table, partition_columns)
+    files = _files(table, snapshot_id, partition_columns)
+    raw_schema = schema.serialize().to_pybytes()
     provider = _internal.SnapshotTable(
-        name,
-        schema.serialize().to_pybytes(),
-        partition_columns,
-        True,
-        _files(table, snapshot_id, partition_columns),
-        source,
-        stores,
+        name, raw_schema, partition_columns, True, files, source, stores
     )
-    ctx.register_table(name, provider)
-    registry.mark_single_node(ctx, name, None)
-    registry.add_stores(ctx, stores)
+    registry.register(ctx, name, provider, stores)
 
 
 def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
@@ -196,5 +190,4 @@ def _register_own_reader(
 
     _log.info("%s: registered through pyiceberg's own reader", reason)
     provider = _internal.ReaderTable(name, schema.serialize().to_pybytes(), open_reader)
-    ctx.register_table(name, provider)
-    registry.mark_single_node(ctx, name, reason)
+    registry.register(ctx, name, provider, [], reason)

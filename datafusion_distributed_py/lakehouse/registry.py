@@ -37,6 +37,20 @@ def single_node_reason(ctx: datafusion.SessionContext, name: str) -> str | None:
         return _single_node.get(ctx.session_id(), {}).get(name)
 
 
+def register(
+    ctx: datafusion.SessionContext,
+    name: str,
+    provider: object,
+    stores: list[object_stores.StoreSpec],
+    reason: str | None = None,
+) -> None:
+    """Register ``provider`` on ``ctx`` as ``name``, with why it runs single-node (None: it
+    runs on the workers, reading its files from ``stores``)."""
+    ctx.register_table(name, provider)
+    mark_single_node(ctx, name, reason)
+    add_stores(ctx, stores)
+
+
 def add_stores(ctx: datafusion.SessionContext, stores: list[object_stores.StoreSpec]) -> None:
     """Make ``stores`` known to ``ctx``'s distributed queries (workers rebuild them), unless
     the user registered a store for that URL already."""

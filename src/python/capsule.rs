@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
+use datafusion::catalog::TableProvider;
 use datafusion::execution::config::SessionConfig;
 use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
+use datafusion_ffi::table_provider::FFI_TableProvider;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
 use pyo3::exceptions::PyTypeError;
@@ -49,6 +51,29 @@ pub fn export<'py, T: 'static + Send>(
         value,
         Some(CString::new(name).expect("static capsule name")),
     )
+}
+
+/// `table` as datafusion-python's FFI table provider (`__datafusion_table_provider__`), for
+/// `session`, on our runtime; `filters`: whether it takes filters pushed down to it.
+pub fn export_table<'py>(
+    py: Python<'py>,
+    session: &Bound<'py, PyAny>,
+    table: Arc<dyn TableProvider>,
+    filters: bool,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let task_ctx_provider: FFI_TaskContextProvider = import(
+        session,
+        "__datafusion_task_context_provider__",
+        "datafusion_task_context_provider",
+    )?;
+    let provider = FFI_TableProvider::new(
+        table,
+        filters,
+        Some(crate::runtime::handle()),
+        task_ctx_provider,
+        None,
+    );
+    export(py, provider, "datafusion_table_provider")
 }
 
 /// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`

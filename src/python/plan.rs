@@ -4,15 +4,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatchIterator;
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
-use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::{collect, collect_partitioned};
 use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_distributed::{
     display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
     DistributedExec, DistributedMetricsFormat,
 };
-use datafusion_ffi::execution::FFI_TaskContextProvider;
-use datafusion_ffi::table_provider::FFI_TableProvider;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
@@ -247,19 +244,7 @@ impl DistributedPlan {
         py: Python<'py>,
         session: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
-            session,
-            "__datafusion_task_context_provider__",
-            "datafusion_task_context_provider",
-        )?;
-        let provider = FFI_TableProvider::new(
-            Arc::clone(&self.table) as Arc<dyn TableProvider>,
-            false,
-            Some(runtime::handle()),
-            task_ctx_provider,
-            None,
-        );
-        capsule::export(py, provider, "datafusion_table_provider")
+        capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
     }
 }
 

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use datafusion::arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use datafusion::arrow::ipc::convert::try_schema_from_ipc_buffer;
 use datafusion::arrow::record_batch::RecordBatchReader;
-use datafusion::catalog::TableProvider;
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
-use datafusion_ffi::table_provider::FFI_TableProvider;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -108,20 +106,8 @@ impl SnapshotTable {
         py: Python<'py>,
         session: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
-            session,
-            "__datafusion_task_context_provider__",
-            "datafusion_task_context_provider",
-        )?;
         // Filters are pushed down (partition pruning): they cross as expressions.
-        let provider = FFI_TableProvider::new(
-            Arc::clone(&self.table) as Arc<dyn TableProvider>,
-            true,
-            Some(runtime::handle()),
-            task_ctx_provider,
-            None,
-        );
-        capsule::export(py, provider, "datafusion_table_provider")
+        capsule::export_table(py, session, Arc::clone(&self.table) as _, true)
     }
 }
 
@@ -215,18 +201,6 @@ impl ReaderTable {
         py: Python<'py>,
         session: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let task_ctx_provider: FFI_TaskContextProvider = capsule::import(
-            session,
-            "__datafusion_task_context_provider__",
-            "datafusion_task_context_provider",
-        )?;
-        let provider = FFI_TableProvider::new(
-            Arc::clone(&self.table) as Arc<dyn TableProvider>,
-            false,
-            Some(runtime::handle()),
-            task_ctx_provider,
-            None,
-        );
-        capsule::export(py, provider, "datafusion_table_provider")
+        capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
     }
 }
