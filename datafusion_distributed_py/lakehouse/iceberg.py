@@ -35,10 +35,11 @@ def register_iceberg(
     Without ``snapshot_id`` the table follows its catalog: each query reads the current
     snapshot's files (its columns stay those of registration time; register it again to see
     columns added later). The scan reads exactly the snapshot's data files (from its
-    manifests), matching columns by name and pruning files by identity partitions. A snapshot the files alone
-    cannot answer faithfully (position or equality delete files, a renamed or re-added
-    column, which Iceberg matches by field id) is registered as read by pyiceberg's own
-    reader instead, in this process, and its queries run single-node, saying why.
+    manifests), matching columns by name and pruning files by identity partitions. A
+    snapshot the files alone cannot answer faithfully (position or equality delete files, a
+    renamed or re-added column, which Iceberg matches by field id) is registered as read by
+    pyiceberg's own reader instead, in this process, and its queries run single-node, saying
+    why.
 
     Example:
         >>> import pyarrow as pa, tempfile
