@@ -237,6 +237,7 @@ def _cpu_in_2s(pids: list[int]) -> float:
     return sum(_cpu_seconds(p) for p in pids) - before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "collect"), (SERIES_JOIN, "to_pandas")])
 def test_keyboard_interrupt_cancels_work_on_workers(tmp_path, sql, action):
     """Ctrl-C stops the coordinator and every worker process's tasks of the query."""
@@ -253,6 +254,7 @@ def test_keyboard_interrupt_cancels_work_on_workers(tmp_path, sql, action):
         assert n == {"n": [200_000]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "show"), (SERIES_CROSS_JOIN, "collect")])
 def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path, sql, action):
     """In-process workers stop too: the process goes idle after Ctrl-C."""
@@ -270,6 +272,7 @@ def _interrupt_thread(thread: threading.Thread) -> None:
     assert set_exc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt)) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["embedded", "workers"])
 def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
     """Single-node stops at once when a thread running collect() is interrupted; so does a
@@ -415,6 +418,7 @@ def test_cli_prints_url_and_stops_gracefully(ctx, stop_signal):
             proc.kill()
 
 
+@pytest.mark.slow
 def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
     """SIGTERM while a long query runs: the worker gives it the drain time, exits, and the
     query fails with an error naming the worker (it does not hang)."""

@@ -80,6 +80,7 @@ SHORTER = f"{SLOW} WHERE v < {BATCHES * BATCH // 3}"
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["embedded", "workers"])
 def test_rows_arrive_before_the_last_task_ends(data, kind):
     events: list[tuple[float, ProgressEvent]] = []
@@ -204,6 +205,7 @@ def _rows(dom: str) -> dict[str, list[dict[str, str]]]:
     return found
 
 
+@pytest.mark.slow
 def test_dashboard_in_a_real_browser(data, tmp_path):
     """The page shows both workers and the running query's stages advancing between two
     screenshots, then the finished query with its row count."""

@@ -218,6 +218,7 @@ def test_a_worker_can_refuse_pickled_code(ctx):
         assert DistributedContext(ctx, workers=[trusting]).sql(sql).to_pylist() == expected
 
 
+@pytest.mark.slow
 def test_messages_are_bounded(ctx):
     big = ctx.from_pydict({"v": list(range(200_000))}, name="big")
     assert big.count() == 200_000
