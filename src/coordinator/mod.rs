@@ -10,6 +10,7 @@ mod handshake;
 mod live;
 mod operator_metrics;
 mod planner;
+mod query;
 mod root;
 mod settings;
 mod stage_graph;

@@ -24,7 +24,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::StreamExt;
 
 use super::empty_batches::passes_on_an_empty_batch;
-use super::table::Query;
+use super::query::Query;
 use crate::errors::{as_worker_failure, is_worker_lost};
 
 #[derive(Debug)]

@@ -1,0 +1,169 @@
+//! `Query`: what every run of one distributed query shares — how to plan it, the runs of its
+//! latest scan, whether a lost worker may cost a retry, and the failure it ended with.
+//!
+//! The table (`table`) starts runs of it; the root node (`root`) runs them and, when a worker
+//! is lost before the first batch, plans the next one. Both depend on this file, not on each
+//! other.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::planner::{ClusterPlanner, PlanRequest, Planned};
+use super::task_log::TaskLog;
+use crate::errors::{as_worker_failure, worker_lost, FailureKind};
+use crate::runtime;
+
+/// A run of the query: the plan executed and where its tasks went.
+pub type Run = (Arc<dyn ExecutionPlan>, Arc<TaskLog>);
+
+/// What every run of one query shares: how to plan it, and the runs of its latest scan.
+pub struct Query {
+    pub(super) planner: Arc<ClusterPlanner>,
+    request: Arc<PlanRequest>,
+    /// The runs of the latest scan: one, or more when lost workers made it run again.
+    pub(super) runs: Mutex<Vec<Run>>,
+    /// Off while the result is being written (`write_parquet`...): such a run is never
+    /// repeated.
+    pub(super) retries_on: AtomicBool,
+    /// The worker failure the latest scan ended with, as data: its text crosses FFI alone.
+    pub(super) failure: Mutex<Option<FailureRecord>>,
+}
+
+/// A worker failure as Python's `WorkerError` carries it: the worker, the kind, the message.
+pub type FailureRecord = (Option<String>, &'static str, String);
+
+impl Query {
+    pub fn new(planner: Arc<ClusterPlanner>, request: Arc<PlanRequest>) -> Self {
+        Self {
+            planner,
+            request,
+            runs: Mutex::default(),
+            retries_on: AtomicBool::new(true),
+            failure: Mutex::default(),
+        }
+    }
+
+    /// `err`, remembered as the scan's failure when it is a worker's.
+    pub fn failed(&self, err: DataFusionError) -> DataFusionError {
+        if let Some(f) = as_worker_failure(&err) {
+            let record = (f.worker.clone(), f.kind.name(), f.to_string());
+            *self.failure.lock().expect("poisoned") = Some(record);
+        }
+        err
+    }
+}
+
+impl Query {
+    /// Plans run number `attempt` of the query (1 starts a new scan), projected as the scan
+    /// asked, and records it.
+    pub async fn plan_run(
+        self: &Arc<Self>,
+        attempt: usize,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+        // datafusion-python polls this future on its own runtime: plan on ours.
+        let this = Arc::clone(self);
+        let Planned {
+            plan,
+            task_ctx,
+            log,
+            ..
+        } = runtime::handle()
+            .spawn(async move { this.planner.plan(&this.request, attempt).await })
+            .await
+            .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
+        {
+            let mut runs = self.runs.lock().expect("poisoned");
+            if attempt == 1 {
+                runs.clear();
+            }
+            runs.push((Arc::clone(&plan), log));
+        }
+        Ok((project(plan, projection)?, task_ctx))
+    }
+
+    /// Runs after the first a lost worker may cost; 0 while retries are off.
+    pub fn max_retries(&self) -> usize {
+        match self.retries_on.load(Ordering::Relaxed) && !self.request.writes {
+            true => self.request.max_retries,
+            false => 0,
+        }
+    }
+
+    /// The lost worker behind `err`, a worker failure: found by asking every worker; `err`
+    /// itself when none is found (or it is something else).
+    pub async fn name_lost_peer(&self, err: DataFusionError) -> DataFusionError {
+        // A lost worker also breaks the streams of the others (reset, cancelled): ask them
+        // all, and name the one that is really gone.
+        if !as_worker_failure(&err).is_some_and(|f| f.lost()) {
+            return err;
+        }
+        let planner = Arc::clone(&self.planner);
+        let found = runtime::handle()
+            .spawn(async move { planner.find_lost().await })
+            .await
+            .ok()
+            .flatten();
+        let (Some(found), Some(failure)) = (found, as_worker_failure(&err)) else {
+            return err;
+        };
+        let Some((lost, probed)) =
+            as_worker_failure(&found).and_then(|f| Some((f.worker.clone()?, f)))
+        else {
+            return err;
+        };
+        // A broken stream reads the same whether its worker died or froze (h2 ends them
+        // alike); a probe that gets no answer at all tells the frozen one.
+        let froze = probed.kind == FailureKind::StoppedAnswering;
+        if failure.worker.as_deref() == Some(lost.as_str()) {
+            if froze && failure.kind != FailureKind::StoppedAnswering {
+                return worker_lost(&lost, probed.kind, probed.what.clone());
+            }
+            return err;
+        }
+        if froze {
+            return worker_lost(&lost, probed.kind, probed.what.clone());
+        }
+        // It died mid-query; the probe only found it gone (refused, reset): say it as what
+        // happened, without the probe's hints, which are for a worker never reached.
+        let cause = match probed.kind {
+            FailureKind::Unreachable => "it no longer accepts connections",
+            _ => "connection reset",
+        };
+        worker_lost(&lost, FailureKind::Died, format!("died ({cause})"))
+    }
+
+    /// The task log of the latest run.
+    pub fn latest_log(&self) -> Option<Arc<TaskLog>> {
+        let runs = self.runs.lock().expect("poisoned");
+        runs.last().map(|(_, log)| Arc::clone(log))
+    }
+}
+
+/// `plan` with only the `projection` columns, if given.
+pub(super) fn project(
+    plan: Arc<dyn ExecutionPlan>,
+    projection: Option<&Vec<usize>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(projection) = projection else {
+        return Ok(plan);
+    };
+    let schema = plan.schema();
+    let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = projection
+        .iter()
+        .map(|&i| {
+            let name = schema.field(i).name().clone();
+            (
+                Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                name,
+            )
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+}
