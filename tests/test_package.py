@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
@@ -14,3 +15,38 @@ def test_the_harness_is_not_in_the_package():
     config = (ROOT / "pyproject.toml").read_text()
     assert 'python-packages = ["datafusion_distributed_py"]' in config  # what maturin packs
     assert importlib.util.find_spec("harness.differential") is not None  # from the repo root
+
+
+def _rust_module_graph() -> dict[str, set[str]]:
+    """Each top-level module of the Rust core (a folder or a file of ``src/``) -> the others
+    it names as ``crate::<module>``."""
+    src = ROOT / "src"
+    graph: dict[str, set[str]] = {}
+    for entry in src.iterdir():
+        name = entry.stem
+        if name in ("lib", "main"):
+            continue
+        files = entry.rglob("*.rs") if entry.is_dir() else [entry]
+        text = "\n".join(f.read_text() for f in files)
+        graph[name] = set(re.findall(r"crate::([a-z_]+)", text)) - {name}
+    return graph
+
+
+def test_rust_modules_depend_one_way():
+    """docs/architecture.md: dependencies point one way. No module reaches back to one that
+    depends on it, and nothing imports the Python boundary (``python``)."""
+    graph = _rust_module_graph()
+    assert not any("python" in deps for deps in graph.values()), graph
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            assert state.get(dep) != "open", f"a cycle: {' -> '.join([*path, dep])}"
+            if dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])

@@ -46,4 +46,5 @@ pub use session::SessionCodec;
 pub use task_merge::MergeTaskPartitions;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,
+    window_exprs,
 };

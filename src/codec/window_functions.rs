@@ -15,14 +15,13 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::logical_expr::WindowUDF;
-use datafusion::physical_expr::window::StandardWindowExpr;
-use datafusion::physical_plan::windows::WindowUDFExpr;
+use datafusion::physical_expr::window::{StandardWindowExpr, WindowExpr};
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec, WindowUDFExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::fragment::BUILTINS;
-use crate::plan_rewrites::window_exprs;
 
 /// The header carrying the query's own window functions to worker processes.
 pub const WINDOW_FUNCTIONS_HEADER: &str = "x-dfdpy-window-functions";
@@ -99,4 +98,14 @@ pub fn register_from_headers(
         state.register_udwf(codec.try_decode_udwf(&name, &payload)?)?;
     }
     Ok(())
+}
+
+/// The window expressions of `node`, if it is a window operator (either kind).
+pub fn window_exprs(node: &dyn ExecutionPlan) -> Option<&[Arc<dyn WindowExpr>]> {
+    if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        Some(w.window_expr())
+    } else {
+        node.downcast_ref::<BoundedWindowAggExec>()
+            .map(|w| w.window_expr())
+    }
 }

@@ -22,7 +22,7 @@ use datafusion::physical_expr::window::{
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::window_exprs;
+use crate::codec::window_exprs;
 use crate::errors::not_distributable;
 
 const IGNORE_NULLS: &str = " IGNORE NULLS";

@@ -6,8 +6,6 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
-use datafusion::physical_expr::window::WindowExpr;
-use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
 mod compressed_scans;
@@ -33,16 +31,6 @@ pub fn prepare(
     let plan = one_partition_scans::merge_split_scans(plan, config)?;
     let plan = parallel_writes::write_from_every_task(plan)?;
     cooperative::yield_after_amplifiers(plan)
-}
-
-/// The window expressions of `node`, if it is a window operator (either kind).
-pub fn window_exprs(node: &dyn ExecutionPlan) -> Option<&[Arc<dyn WindowExpr>]> {
-    if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-        Some(w.window_expr())
-    } else {
-        node.downcast_ref::<BoundedWindowAggExec>()
-            .map(|w| w.window_expr())
-    }
 }
 
 #[cfg(test)]

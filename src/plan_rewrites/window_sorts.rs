@@ -15,7 +15,7 @@ use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::window_exprs;
+use crate::codec::window_exprs;
 
 /// `plan` with the sort under each window operator extended to all its PARTITION BY columns.
 pub fn sort_all_partition_columns(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
