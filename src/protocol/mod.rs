@@ -9,5 +9,5 @@ mod urls;
 pub use grpc::{unreachable, WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 pub use health::check_health;
 pub use in_process::InProcessChannelResolver;
-pub use resolver::{FixedResolver, Workers};
+pub use resolver::{FixedResolver, ListWorkers, Workers};
 pub use urls::{display_url, parse_worker_url};

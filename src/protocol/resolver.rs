@@ -1,15 +1,19 @@
-//! Where the workers are: a fixed URL list or a Python callable asked at each query's planning.
+//! Where the workers are: a fixed URL list, or a resolver (the user's Python callable) asked at
+//! each query's planning.
 use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
 use datafusion_distributed::WorkerResolver;
-use pyo3::prelude::*;
 use url::Url;
 
 use super::urls::parse_worker_url;
 
+/// Lists the workers' URLs as written (asked at each query's planning), or says why not.
+pub trait ListWorkers: Send + Sync {
+    fn list(&self) -> std::result::Result<Vec<String>, String>;
+}
+
 pub enum Workers {
     Static(Vec<Url>),
-    /// A Python callable returning a list of URL strings.
-    Callable(Py<PyAny>),
+    Resolver(Box<dyn ListWorkers>),
 }
 
 impl Workers {
@@ -17,10 +21,9 @@ impl Workers {
     pub fn urls(&self) -> Result<Vec<Url>> {
         match self {
             Workers::Static(urls) => Ok(urls.clone()),
-            Workers::Callable(f) => crate::interpreter::attach(|py| {
-                let raw: Vec<String> = f
-                    .call0(py)
-                    .and_then(|v| v.extract(py))
+            Workers::Resolver(resolver) => {
+                let raw = resolver
+                    .list()
                     .map_err(|e| exec_datafusion_err!("worker resolver failed: {e}"))?;
                 if raw.is_empty() {
                     return Err(exec_datafusion_err!(
@@ -30,8 +33,7 @@ impl Workers {
                 raw.iter()
                     .map(|u| parse_worker_url(u).map_err(DataFusionError::Configuration))
                     .collect()
-            })
-            .unwrap_or_else(|| Err(exec_datafusion_err!("the Python interpreter is exiting"))),
+            }
         }
     }
 }

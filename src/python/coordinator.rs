@@ -13,7 +13,7 @@ use super::security::SecuritySpec;
 use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest};
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
-use crate::protocol::{display_url, parse_worker_url, Workers};
+use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
 use crate::runtime;
 use crate::security::Security;
 
@@ -42,7 +42,7 @@ impl Coordinator {
     fn remote(workers: &Bound<'_, PyAny>, security: Option<SecuritySpec>) -> PyResult<Self> {
         let security = Security::try_from(security)?;
         let workers = if workers.is_callable() {
-            Workers::Callable(workers.clone().unbind())
+            Workers::Resolver(Box::new(PythonResolver(workers.clone().unbind())))
         } else {
             let raw: Vec<String> = workers.extract()?;
             if raw.is_empty() {
@@ -154,5 +154,16 @@ impl Coordinator {
             )?;
         let table = DistributedTable::new(Arc::clone(&self.planner), request, planned);
         Ok(DistributedPlan::new(Arc::new(table)))
+    }
+}
+
+/// The user's Python callable returning worker URLs.
+struct PythonResolver(Py<PyAny>);
+
+impl ListWorkers for PythonResolver {
+    fn list(&self) -> Result<Vec<String>, String> {
+        crate::interpreter::attach(|py| self.0.call0(py).and_then(|v| v.extract(py)))
+            .ok_or_else(|| "the Python interpreter is exiting".to_string())?
+            .map_err(|e| e.to_string())
     }
 }
