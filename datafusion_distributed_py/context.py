@@ -525,7 +525,7 @@ class DistributedContext:
         report = progress_mod.to_rust(feed)
         cfg = self._config
         plan = self._coordinator.distribute(
-            plan_bytes, codec, options, stores, report, session=self._ctx,
+            plan_bytes, codec, options, stores, report, session=wire,
             min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
             live_interval=cfg.progress_interval, table_scans=table_scans,
         )  # fmt: skip

@@ -50,3 +50,19 @@ def test_rust_modules_depend_one_way():
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+def test_python_stays_at_the_boundary():
+    """PyO3 is used by the Python boundary (``src/python/``) and by what enters Python from
+    our threads (``runtime.rs``, ``interpreter.rs``, and ``lib.rs``'s module); the coordinator,
+    workers, protocol and codecs reach Python only through traits ``python/`` implements."""
+    allowed = {"lib.rs", "runtime.rs", "interpreter.rs"}
+    src = ROOT / "src"
+    using = [
+        str(f.relative_to(src))
+        for f in src.rglob("*.rs")
+        if "pyo3" in f.read_text()
+        and f.relative_to(src).parts[0] != "python"
+        and f.name not in allowed
+    ]
+    assert using == [], using

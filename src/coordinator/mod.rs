@@ -23,4 +23,4 @@ pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest};
 pub use stage_graph::stage_graph;
 pub use table::DistributedTable;
-pub use task_log::TaskRecord;
+pub use task_log::{ProgressSink, ProgressUpdate, TaskRecord};

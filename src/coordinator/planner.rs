@@ -18,7 +18,6 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
-use pyo3::prelude::*;
 use url::Url;
 
 use super::distribute::{distribute_plan, planning_state};
@@ -26,14 +25,13 @@ use super::handshake::{lost_workers, usable_workers, Quarantine};
 use super::live::{watch, Observer, WorkerStatus};
 use super::settings::apply_options;
 use super::subqueries;
-use super::task_log::TaskLog;
+use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
 use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable, FailureKind,
 };
-use crate::interpreter;
 use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites::{self, CompressedTable};
@@ -60,11 +58,11 @@ pub struct PlanRequest {
     pub options: HashMap<String, String>,
     /// Object stores registered on the session, rebuilt on every runtime that reads data.
     pub stores: Vec<StoreSpec>,
-    /// Called with `(stage, done, total, worker_url)` as tasks are sent and finish.
-    pub progress: Option<Py<PyAny>>,
-    /// The Python `SessionContext` the plan came from: the session codec reaches its task
-    /// context through a weak FFI reference, so the context must live as long as the plan.
-    pub session: Option<Py<PyAny>>,
+    /// Told as tasks are sent and finish.
+    pub progress: Option<Arc<dyn ProgressSink>>,
+    /// What must live as long as the plan: the session the codec reaches through a weak FFI
+    /// reference (the Python `SessionContext`).
+    pub keep_alive: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Fewer usable workers than this fails the query.
     pub min_workers: usize,
     /// Runs of the query after the first when a worker is lost before the first batch.
@@ -184,10 +182,7 @@ impl ClusterPlanner {
         }
         let workers = urls.len();
         register_all(&self.runtime_env, &req.stores)?;
-        let progress = req
-            .progress
-            .as_ref()
-            .and_then(|p| interpreter::attach(|py| p.clone_ref(py)));
+        let progress = req.progress.clone();
         let watched = progress.is_some() && !req.live_interval.is_zero();
         let log = Arc::new(TaskLog::with_progress(progress, attempt));
         if watched {

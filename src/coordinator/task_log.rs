@@ -5,12 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use datafusion_distributed::TaskMetrics;
-use pyo3::prelude::*;
 use tokio::sync::Notify;
 use url::Url;
 use uuid::Uuid;
 
-use crate::interpreter;
 use crate::protocol::display_url;
 
 /// One task of one stage: where it ran and, once it finished, what it did.
@@ -31,8 +29,30 @@ pub struct TaskRecord {
     pub spilled_bytes: Option<usize>,
 }
 
-/// The tasks of one run of a query, in the order they were sent, and an optional Python
-/// progress callback `(stage, done, total, worker_url, attempt, kind, rows, eta_s)`.
+/// One step of a run's progress, as a [`ProgressSink`] is told it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProgressUpdate<'a> {
+    pub stage: usize,
+    /// Tasks of the stage done, of `total`.
+    pub done: usize,
+    pub total: usize,
+    pub worker: &'a str,
+    /// Which run of the query: 1, then 2... after retries.
+    pub attempt: usize,
+    /// `"task"` (a task sent or finished) or `"retry"` (the run failed; the query runs again).
+    pub kind: &'a str,
+    /// Rows the stage's tasks produced so far, and the estimated seconds left.
+    pub rows: Option<u64>,
+    pub eta_s: Option<f64>,
+}
+
+/// Where a run's progress goes (the user's Python callback, in `python/`).
+pub trait ProgressSink: Send + Sync {
+    fn update(&self, update: ProgressUpdate<'_>);
+}
+
+/// The tasks of one run of a query, in the order they were sent, and an optional progress
+/// sink.
 #[derive(Default)]
 pub struct TaskLog {
     records: Mutex<Vec<TaskRecord>>,
@@ -40,7 +60,7 @@ pub struct TaskLog {
     live: Mutex<HashMap<(usize, usize), u64>>,
     /// Told when the first task is sent: the live watcher starts then.
     started: Arc<Notify>,
-    progress: Option<Py<PyAny>>,
+    progress: Option<Arc<dyn ProgressSink>>,
     /// Which run of the query this is: 1, then 2... when a lost worker made it run again.
     pub attempt: usize,
     /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
@@ -58,7 +78,7 @@ impl std::fmt::Debug for TaskLog {
 }
 
 impl TaskLog {
-    pub fn with_progress(progress: Option<Py<PyAny>>, attempt: usize) -> Self {
+    pub fn with_progress(progress: Option<Arc<dyn ProgressSink>>, attempt: usize) -> Self {
         Self {
             records: Mutex::default(),
             live: Mutex::default(),
@@ -227,16 +247,20 @@ impl TaskLog {
     }
 
     fn call(&self, stage: usize, done: usize, total: usize, url: &str, kind: &str) {
-        if let Some(callback) = &self.progress {
-            let (rows, eta) = match kind {
+        if let Some(sink) = &self.progress {
+            let (rows, eta_s) = match kind {
                 "retry" => (None, None),
                 _ => self.stage_rows_and_eta(stage),
             };
-            interpreter::attach(|py| {
-                let args = (stage, done, total, url, self.attempt, kind, rows, eta);
-                if let Err(e) = callback.call1(py, args) {
-                    log::warn!("progress callback failed: {e}");
-                }
+            sink.update(ProgressUpdate {
+                stage,
+                done,
+                total,
+                worker: url,
+                attempt: self.attempt,
+                kind,
+                rows,
+                eta_s,
             });
         }
     }

@@ -10,7 +10,9 @@ use super::capsule::{import_session_codec, session_settings};
 use super::errors::to_py_err;
 use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
-use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest};
+use crate::coordinator::{
+    ClusterPlanner, DistributedTable, PlanRequest, ProgressSink, ProgressUpdate,
+};
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
@@ -138,8 +140,8 @@ impl Coordinator {
             codec: Arc::new(import_session_codec(codec)?),
             options: settings,
             stores: stores.into_iter().map(StoreSpec::from).collect(),
-            progress,
-            session,
+            progress: progress.map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),
+            keep_alive: session.map(|s| Box::new(s) as Box<dyn std::any::Any + Send + Sync>),
             min_workers,
             max_retries,
             writes,
@@ -165,5 +167,22 @@ impl ListWorkers for PythonResolver {
         crate::interpreter::attach(|py| self.0.call0(py).and_then(|v| v.extract(py)))
             .ok_or_else(|| "the Python interpreter is exiting".to_string())?
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The user's progress callback, called `(stage, done, total, worker_url, attempt, kind, rows,
+/// eta_s)` (`progress.to_rust` turns those into `ProgressEvent`s).
+struct PythonProgress(Py<PyAny>);
+
+impl ProgressSink for PythonProgress {
+    fn update(&self, u: ProgressUpdate<'_>) {
+        crate::interpreter::attach(|py| {
+            let args = (
+                u.stage, u.done, u.total, u.worker, u.attempt, u.kind, u.rows, u.eta_s,
+            );
+            if let Err(e) = self.0.call1(py, args) {
+                log::warn!("progress callback failed: {e}");
+            }
+        });
     }
 }
