@@ -17,7 +17,7 @@ from datafusion_distributed_py.lakehouse.stores import as_url, store_for
 
 if TYPE_CHECKING:
     import datafusion
-    from pyiceberg.table import Table
+    from pyiceberg.table import FileScanTask, Table
 
 _log = logging.getLogger(__name__)
 
@@ -62,19 +62,22 @@ def register_iceberg(
         raise TypeError(f"table must be a pyiceberg.table.Table, got {type(table).__name__}")
     if snapshot_id is not None and table.snapshot_by_id(snapshot_id) is None:
         raise ValueError(f"Iceberg table {table.name()} has no snapshot {snapshot_id}")
-    reason = _unreadable(table, snapshot_id)
+    # The manifests are read once: what is unreadable, the partition columns and the files
+    # all come from these tasks.
+    tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
+    reason = _unreadable(table, tasks)
     if reason is not None:
         reason = f"Iceberg table {name} ({'.'.join(table.name())}) {reason}"
         _register_own_reader(ctx, name, table, snapshot_id, reason)
         return
     scan = table.scan(snapshot_id=snapshot_id)
     schema = as_datafusion_reads(scan.projection().as_arrow())
-    partition_columns = _identity_columns(table, snapshot_id)
+    partition_columns = _identity_columns(table, tasks)
     stores = store_for(as_url(table.location()), dict(table.io.properties))
     source: Callable[[], list[File]] | None = None
     if snapshot_id is None:
         source = _follower(table, partition_columns)
-    files = _files(table, snapshot_id, partition_columns)
+    files = _files(table, tasks, partition_columns)
     raw_schema = schema.serialize().to_pybytes()
     provider = _internal.SnapshotTable(
         name, raw_schema, partition_columns, True, files, source, stores
@@ -82,8 +85,9 @@ def register_iceberg(
     registry.register(ctx, name, provider, stores)
 
 
-def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
-    """Why the snapshot's rows are not exactly its files' rows read by column name, or None."""
+def _unreadable(table: Table, tasks: list[FileScanTask]) -> str | None:
+    """Why the snapshot (planned as ``tasks``) has rows other than its files' read by column
+    name, or None."""
     names: dict[int, set[str]] = {}
     ids: dict[str, set[int]] = {}
     for schema in table.metadata.schemas:
@@ -102,7 +106,7 @@ def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
             f"has columns dropped and added again under one name ({', '.join(readded)}): "
             "Iceberg matches a file's columns by field id, which only pyiceberg's reader does"
         )
-    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+    for task in tasks:
         if task.delete_files:
             return (
                 "has position or equality delete files (rows deleted without rewriting their "
@@ -112,13 +116,12 @@ def _unreadable(table: Table, snapshot_id: int | None) -> str | None:
     return None
 
 
-def _identity_columns(table: Table, snapshot_id: int | None) -> list[str]:
+def _identity_columns(table: Table, tasks: list[FileScanTask]) -> list[str]:
     """The columns the current partition spec partitions by identity, where their values can
     prune files: of a type whose value reads back from text, with every data file of the
     table written under that spec (a file of another spec does not know them)."""
     from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
-    tasks = table.scan(snapshot_id=snapshot_id).plan_files()
     if any(task.file.spec_id != table.spec().spec_id for task in tasks):
         return []
     schema = table.schema()
@@ -131,12 +134,13 @@ def _identity_columns(table: Table, snapshot_id: int | None) -> list[str]:
     return columns
 
 
-def _files(table: Table, snapshot_id: int | None, partition_columns: list[str]) -> list[File]:
-    """Each data file of the snapshot: its URL, size and the values of ``partition_columns``."""
+def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]) -> list[File]:
+    """Each data file of ``tasks``: its URL, size, rows and the values of
+    ``partition_columns``."""
     spec = table.spec()
     positions = {table.schema().find_field(f.source_id).name: i for i, f in enumerate(spec.fields)}
     out: list[File] = []
-    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+    for task in tasks:
         data = task.file
         if partition_columns and data.spec_id != spec.spec_id:
             raise RuntimeError(
@@ -162,13 +166,14 @@ def _follower(table: Table, partition_columns: list[str]) -> Callable[[], list[F
 
     def files() -> list[File]:
         table.refresh()
-        reason = _unreadable(table, None)
+        tasks = list(table.scan().plan_files())
+        reason = _unreadable(table, tasks)
         if reason is not None:
             raise RuntimeError(
                 f"Iceberg table {'.'.join(table.name())} {reason}; register it again to read "
                 "it through pyiceberg's own reader"
             )
-        return _files(table, None, partition_columns)
+        return _files(table, tasks, partition_columns)
 
     return files
 
