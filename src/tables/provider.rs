@@ -2,7 +2,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, Result, Statistics};
@@ -40,8 +40,13 @@ pub struct SnapshotTable {
     /// The columns stored in the data files, in the table's order.
     file_schema: SchemaRef,
     partition_columns: Vec<String>,
+    /// Their fields, in that order.
+    partition_fields: Vec<FieldRef>,
     /// Whether the files hold the partition columns (Iceberg) or the scan adds them (Delta).
     partitions_in_files: bool,
+    /// The scan's column order: file columns, then the columns the scan adds (as DataFusion's
+    /// file scans produce them).
+    scan_schema: SchemaRef,
     /// The files now; refreshed from `source` at each scan when there is one.
     snapshot: Mutex<Arc<Snapshot>>,
     source: Option<Box<dyn SnapshotSource>>,
@@ -69,12 +74,18 @@ impl SnapshotTable {
             .collect::<Vec<_>>();
         let file_schema = Arc::new(Schema::new(file_fields));
         let snapshot = Snapshot::new(files, &partition_fields, !partitions_in_files)?;
+        let mut scan_fields = file_schema.fields().to_vec();
+        if !partitions_in_files {
+            scan_fields.extend(partition_fields.iter().cloned());
+        }
         Ok(Self {
             name,
             schema,
             file_schema,
             partition_columns,
+            partition_fields,
             partitions_in_files,
+            scan_schema: Arc::new(Schema::new(scan_fields)),
             snapshot: Mutex::new(Arc::new(snapshot)),
             source,
             stores,
@@ -88,10 +99,9 @@ impl SnapshotTable {
     /// The snapshot this scan reads: the latest, for a table that follows its log.
     fn current(&self) -> Result<Arc<Snapshot>> {
         if let Some(source) = &self.source {
-            let partition_fields = fields_named(&self.schema, &self.partition_columns)?;
             let fresh = Arc::new(Snapshot::new(
                 &source.files()?,
-                &partition_fields,
+                &self.partition_fields,
                 !self.partitions_in_files,
             )?);
             *self.snapshot.lock().expect("poisoned") = Arc::clone(&fresh);
@@ -102,19 +112,11 @@ impl SnapshotTable {
 
     /// The columns the scan adds after the files' own: the partition columns, unless the files
     /// hold them.
-    fn added_columns(&self) -> Result<Vec<datafusion::arrow::datatypes::FieldRef>> {
+    fn added_columns(&self) -> Vec<FieldRef> {
         match self.partitions_in_files {
-            true => Ok(vec![]),
-            false => fields_named(&self.schema, &self.partition_columns),
+            true => vec![],
+            false => self.partition_fields.clone(),
         }
-    }
-
-    /// The scan's column order: file columns, then added columns (as DataFusion's file scans
-    /// produce them).
-    fn scan_schema(&self) -> Result<SchemaRef> {
-        let mut fields = self.file_schema.fields().to_vec();
-        fields.extend(self.added_columns()?);
-        Ok(Arc::new(Schema::new(fields)))
     }
 }
 
@@ -163,10 +165,7 @@ impl TableProvider for SnapshotTable {
                 .cloned()
                 .collect::<Vec<_>>(),
         };
-        let partition_schema = DFSchema::try_from(Schema::new(fields_named(
-            &self.schema,
-            &self.partition_columns,
-        )?))?;
+        let partition_schema = DFSchema::try_from(Schema::new(self.partition_fields.clone()))?;
         let mut files = Vec::with_capacity(snapshot.files.len());
         let (mut rows, mut bytes) = (Some(0u64), 0u64);
         for (i, (file, values)) in snapshot.files.iter().enumerate() {
@@ -189,14 +188,14 @@ impl TableProvider for SnapshotTable {
             file_groups[i % groups].push(file);
         }
         let table_schema = TableSchema::builder(Arc::clone(&self.file_schema))
-            .with_table_partition_cols(self.added_columns()?)
+            .with_table_partition_cols(self.added_columns())
             .build();
         let options = TableParquetOptions {
             global: state.config_options().execution.parquet.clone(),
             ..Default::default()
         };
         let mut source = ParquetSource::new(table_schema).with_table_parquet_options(options);
-        let scan_schema = self.scan_schema()?;
+        let scan_schema = Arc::clone(&self.scan_schema);
         // Row groups are pruned by the filters too (statistics, bloom filters).
         if let Some(predicate) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(Arc::clone(&scan_schema))?;
