@@ -28,9 +28,10 @@ from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
 from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
-from datafusion_distributed_py import DistributedContext, LocalCluster, _internal, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, _internal
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from harness import tpch
 
 #: Makes frames: ``ctx`` single-node, or a ``DistributedContext`` (same methods).
 Maker = SessionContext | DistributedContext

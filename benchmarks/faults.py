@@ -28,8 +28,9 @@ from pathlib import Path
 import pyarrow as pa
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, LocalCluster, WorkerError, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, WorkerError
 from datafusion_distributed_py.testing import assert_same_rows
+from harness import tpch
 
 RESULTS = Path(__file__).parent / "results"
 DATA = Path(__file__).parent / "data"

@@ -27,8 +27,8 @@ from datafusion_distributed_py import (
     DistributedContext,
     LocalCluster,
     tpcds,
-    tpch,
 )
+from harness import tpch
 from harness.differential import compare, run_slt
 
 DATA = Path(__file__).parent / "data"

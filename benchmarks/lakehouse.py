@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 from datafusion import SessionContext
 
 from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
-from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on
 from datafusion_distributed_py.lakehouse import register_iceberg
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from harness import tpch
 
 PARTITIONED = {"lineitem": ["l_returnflag"], "orders": ["o_orderstatus"]}
 

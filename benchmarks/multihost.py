@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.tpch import RESULTS, data_arguments, machine
-from datafusion_distributed_py import Security, tpch
+from datafusion_distributed_py import Security
+from harness import tpch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "multihost"))

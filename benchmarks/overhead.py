@@ -17,7 +17,8 @@ from pathlib import Path
 
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from harness import tpch
 
 
 def median_ms(run, runs: int) -> float:

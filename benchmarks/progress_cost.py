@@ -24,8 +24,8 @@ from datafusion_distributed_py import (
     DistributedContext,
     LocalCluster,
     ProgressEvent,
-    tpch,
 )
+from harness import tpch
 
 
 def main(argv: list[str] | None = None) -> int:

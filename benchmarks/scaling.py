@@ -16,7 +16,8 @@ from pathlib import Path
 from datafusion import SessionContext
 
 from benchmarks.tpch import RESULTS, machine, parse_queries
-from datafusion_distributed_py import DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from harness import tpch
 
 
 def run_all(run, queries: list[int]) -> float:

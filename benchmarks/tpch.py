@@ -32,8 +32,9 @@ import pyarrow as pa
 from datafusion import SessionContext
 
 import datafusion_distributed_py
-from datafusion_distributed_py import DistributedContext, LocalCluster, Security, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, Security
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from harness import tpch
 
 RESULTS = Path(__file__).parent / "results"
 Runner = Callable[[str], pa.Table]

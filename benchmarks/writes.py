@@ -24,8 +24,9 @@ import pyarrow as pa
 from datafusion import SessionContext
 
 from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
-from datafusion_distributed_py import DistributedContext, LocalCluster, _internal, tpch
+from datafusion_distributed_py import DistributedContext, LocalCluster, _internal
 from datafusion_distributed_py.dataframe import source_of
+from harness import tpch
 
 SHIPPED = "SELECT * FROM lineitem WHERE l_shipdate >= '1994-01-01'"
 WRITES = {

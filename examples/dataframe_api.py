@@ -7,12 +7,18 @@ where frames are made; every step after runs on the workers as one distributed q
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
-from datafusion_distributed_py import DistributedContext, ran_on, tpch
+from datafusion_distributed_py import DistributedContext, ran_on
+
+# TPC-H data and queries come from the repository's test harness, not the wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's harness/
+from harness import tpch  # noqa: E402
 
 
 def revenue_by_priority(frames: SessionContext | DistributedContext) -> DataFrame:

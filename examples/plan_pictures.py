@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
+
+# TPC-H data and queries come from the repository's test harness, not the wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's harness/
+from harness import tpch  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -23,9 +28,7 @@ def main() -> None:
         df = dctx.sql(tpch.query(5))
         (DOCS / "q5-plan.svg").write_text(dctx.explain(df)._repr_svg_() or "")
         df.collect()
-        (DOCS / "q5-plan-analyze.svg").write_text(
-            dctx.explain(df, analyze=True)._repr_svg_() or ""
-        )
+        (DOCS / "q5-plan-analyze.svg").write_text(dctx.explain(df, analyze=True)._repr_svg_() or "")
     print(f"written: {DOCS / 'q5-plan.svg'}, {DOCS / 'q5-plan-analyze.svg'}")
 
 

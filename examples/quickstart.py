@@ -10,11 +10,17 @@ it on an ordinary ``datafusion.SessionContext`` and runs the query through
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, tpch
+from datafusion_distributed_py import DistributedContext
+
+# TPC-H data and queries come from the repository's test harness, not the wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's harness/
+from harness import tpch  # noqa: E402
 
 QUERY = """
 SELECT n_name AS nation,

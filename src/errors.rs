@@ -88,21 +88,58 @@ pub fn worker_lost(worker: &str, kind: FailureKind, what: String) -> DataFusionE
     worker_failure(Some(worker), kind, what)
 }
 
-/// How a worker reporting a failed query says it lost another worker: its error crosses the
-/// network as text (datafusion-distributed 4 encodes a task's foreign errors as strings), so
-/// this is the one place a failure is recognised by its words, those of tonic and h2.
-const PEER_CONNECTION_LOST: &[&str] = &[
-    "h2 protocol error",
-    "transport error",
-    "error trying to connect",
-    "Connection refused",
-    "connection reset",
-    "Connection reset",
-    "broken pipe",
-    "keep-alive",
-    "connection closed",
-    "tonic::transport::Error",
-];
+/// How a worker reports that it lost another worker. Its errors reach the coordinator
+/// through datafusion-distributed's error encoding, which keeps a `DataFusionError`'s variants
+/// and context but turns foreign errors into their text. So the worker that lost a peer
+/// (`protocol::PeerChannel`) wraps the failure in a context of this exact label, which the
+/// coordinator compares whole: the kind travels as structure, the text only as what to show.
+///
+/// Upstream: datafusion-distributed 4.0.0 `protocol/grpc/errors/datafusion_error.rs`
+/// (`External` encoded as a string).
+const LOST_PEER: &str = "dfdpy.lost-peer";
+
+/// `err`, a worker's failure to reach or read the peer `peer`, in the form that crosses the
+/// network to the coordinator: a query error (its own or another worker's) stays as it is.
+pub fn as_lost_peer(peer: &str, err: DataFusionError) -> DataFusionError {
+    if lost_peer_said(&err).is_some() || !(is_transport(&err) || is_worker_failure(&err)) {
+        return err;
+    }
+    let failure = match as_worker_failure(&err) {
+        Some(failure) => failure.to_string(),
+        None => {
+            let (_, what) = what_happened(err.find_root());
+            format!("worker {peer} {what}")
+        }
+    };
+    DataFusionError::Context(
+        LOST_PEER.into(),
+        Box::new(DataFusionError::Execution(failure)),
+    )
+}
+
+/// What a worker said of the peer it lost, if `err` carries that report.
+fn lost_peer_said(err: &DataFusionError) -> Option<&str> {
+    match err {
+        DataFusionError::Context(label, inner) if label == LOST_PEER => match inner.as_ref() {
+            DataFusionError::Execution(said) => Some(said),
+            _ => None,
+        },
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            lost_peer_said(inner)
+        }
+        DataFusionError::Shared(inner) => lost_peer_said(inner),
+        DataFusionError::External(e) => {
+            e.downcast_ref::<DataFusionError>().and_then(lost_peer_said)
+        }
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            datafusion::arrow::error::ArrowError::ExternalError(e) => {
+                e.downcast_ref::<DataFusionError>().and_then(lost_peer_said)
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// Whether `err` is a worker lost (died, froze, unreachable): what a retry may get past.
 pub fn is_worker_lost(err: &DataFusionError) -> bool {
@@ -263,13 +300,12 @@ pub fn name_worker(worker: &str, err: DataFusionError) -> DataFusionError {
         let (kind, what) = what_happened(err.find_root());
         return worker_lost(worker, kind, what);
     }
-    let text = err.find_root().to_string();
-    if PEER_CONNECTION_LOST.iter().any(|w| text.contains(w)) {
+    if let Some(said) = lost_peer_said(&err) {
         // The worker's own words say which peer and why (and, for TLS, what to set where).
         return worker_lost(
             worker,
             FailureKind::LostPeer,
-            format!("lost its connection to another worker: {text}"),
+            format!("lost its connection to another worker: {said}"),
         );
     }
     DataFusionError::External(Box::new(RaisedOnWorker {
@@ -346,5 +382,40 @@ mod tests {
             as_worker_failure(&named).unwrap().kind,
             FailureKind::StoppedAnswering
         );
+    }
+
+    #[test]
+    fn a_peer_lost_on_a_worker_reaches_the_coordinator_as_a_lost_peer() {
+        // On the worker: its connection to the peer reset under a shuffle's stream.
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let on_worker = as_lost_peer(
+            "http://b:2",
+            DataFusionError::External(Box::new(tonic::Status::from_error(Box::new(reset)))),
+        );
+        // As datafusion-distributed's error encoding gives it back (context and variants
+        // kept), under the coordinator's own wrappers.
+        let DataFusionError::Context(label, inner) = &on_worker else {
+            panic!("{on_worker}");
+        };
+        let DataFusionError::Execution(said) = inner.as_ref() else {
+            panic!("{inner}");
+        };
+        let decoded = DataFusionError::Context(
+            label.clone(),
+            Box::new(DataFusionError::Execution(said.clone())),
+        );
+        let received = DataFusionError::Shared(std::sync::Arc::new(decoded));
+        let named = name_worker("http://a:1", received);
+        let failure = as_worker_failure(&named).unwrap();
+        assert_eq!(failure.kind, FailureKind::LostPeer);
+        assert_eq!(
+            failure.to_string(),
+            "worker http://a:1 lost its connection to another worker: worker http://b:2 died \
+             (connection reset)"
+        );
+        // An error of the query raised on the peer stays the query's error.
+        let query_error = DataFusionError::Execution("Divide by zero error".into());
+        let kept = as_lost_peer("http://b:2", query_error);
+        assert_eq!(kept.to_string(), "Execution error: Divide by zero error");
     }
 }

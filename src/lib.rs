@@ -16,6 +16,7 @@
 //! * [`interpreter`]: whether our threads may still enter Python (not once it is exiting).
 use pyo3::prelude::*;
 
+mod checks;
 mod codec;
 mod coordinator;
 mod errors;

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, tpch
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from harness import tpch
 
 __all__ = ["assert_same_rows", "cli_worker", "free_ports", "is_distributed", "start_cli_worker"]
 

@@ -33,9 +33,9 @@ from datafusion_distributed_py import (
     LocalCluster,
     Worker,
     WorkerError,
-    tpch,
 )
 from datafusion_distributed_py.worker import DRAIN_SECONDS
+from harness import tpch
 
 
 @pytest.fixture(scope="module")

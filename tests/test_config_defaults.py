@@ -10,9 +10,6 @@ from datafusion_distributed_py import DistributedConfig, _internal
 OURS = {
     # Distribution was asked for: a scan of a few MiB already splits into tasks.
     "distributed.file_scan_config_bytes_per_partition": ("1048576", "16777216"),
-    # 1.0 is the crate's production default; its `integration` feature, which this build
-    # enables for `Worker::tasks_running` (src/worker/task_cache.rs), makes it 1.5.
-    "distributed.cardinality_task_count_factor": ("1.0", "1.5"),
 }
 
 

@@ -22,10 +22,10 @@ from datafusion_distributed_py import (
     LocalCluster,
     UnsupportedTableError,
     ran_on,
-    tpch,
 )
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.monitor import MONITOR
+from harness import tpch
 
 Frames = Callable[[SessionContext | DistributedContext], DataFrame]
 

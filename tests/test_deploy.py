@@ -22,8 +22,8 @@ from datafusion_distributed_py import (
     Security,
     Worker,
     dns_workers,
-    tpch,
 )
+from harness import tpch
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow

@@ -28,8 +28,8 @@ from datafusion_distributed_py import (
     LocalCluster,
     ProgressEvent,
     WorkerError,
-    tpch,
 )
+from harness import tpch
 from harness.differential import compare
 
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from conftest import SPLIT_CONFIG
 
-from datafusion_distributed_py import DistributedContext, tpch
+from datafusion_distributed_py import DistributedContext
 from datafusion_distributed_py.plan_picture import ExplainedPlan
+from harness import tpch
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -28,7 +29,9 @@ SVG = "{http://www.w3.org/2000/svg}"
 def run_notebook(workers: int) -> Any:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     env = {**os.environ, "DFDPY_NOTEBOOK_WORKERS": str(workers)}
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3")
+    # Run where Jupyter runs it: in examples/, the notebook's folder.
+    resources = {"metadata": {"path": str(NOTEBOOK.parent)}}
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources=resources)
     client.execute(env=env)  # the kernel's environment: which cluster the notebook starts
     return nb
 

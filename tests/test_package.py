@@ -6,15 +6,27 @@ import importlib.util
 import re
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).parents[1]
 
 
 def test_the_harness_is_not_in_the_package():
-    for module in ("differential", "tpcds"):
+    for module in ("differential", "tpcds", "tpch"):
         assert importlib.util.find_spec(f"datafusion_distributed_py.{module}") is None
+        assert importlib.util.find_spec(f"harness.{module}") is not None  # from the repo root
     config = (ROOT / "pyproject.toml").read_text()
     assert 'python-packages = ["datafusion_distributed_py"]' in config  # what maturin packs
-    assert importlib.util.find_spec("harness.differential") is not None  # from the repo root
+    package = ROOT / "datafusion_distributed_py"
+    assert not [p for p in package.rglob("*.sql")], "query files belong to the harness"
+
+
+def test_the_build_has_no_test_features_of_datafusion_distributed():
+    """Its `integration` feature pulls test tooling into the wheel and changes planner
+    defaults (src/worker/task_cache.rs sweeps the task cache without it)."""
+    manifest = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    features = manifest["dependencies"]["datafusion-distributed"]["features"]
+    assert not {"integration", "tpch", "tpcds", "clickbench"} & set(features), features
 
 
 def _rust_module_graph() -> dict[str, set[str]]:
@@ -37,6 +49,10 @@ def test_rust_modules_depend_one_way():
     depends on it, and nothing imports the Python boundary (``python``)."""
     graph = _rust_module_graph()
     assert not any("python" in deps for deps in graph.values()), graph
+    # The coordinator reaches in-process workers as `protocol::InProcessWorkers`.
+    assert "worker" not in graph["coordinator"], graph["coordinator"]
+    # Checks change nothing, rewrites check nothing: each in its own room.
+    assert not list((ROOT / "src" / "plan_rewrites").glob("lost_in_transit.rs"))
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:

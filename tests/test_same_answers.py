@@ -325,7 +325,7 @@ def test_frame_outlives_its_unreferenced_session():
 
 
 def test_concurrent_queries_creating_views(tpch_dir: Path):
-    from datafusion_distributed_py import tpch
+    from harness import tpch
 
     errors: list[BaseException] = []
     results: list[pa.Table] = []

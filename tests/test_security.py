@@ -297,10 +297,13 @@ def test_a_worker_that_does_not_trust_its_peers_says_so(ctx, tmp_path):
         df = dctx.sql(JOIN_SQL)
         assert "NetworkShuffleExec" in dctx.explain(df)
         start = time.monotonic()
-        with pytest.raises(Exception) as err:
+        with pytest.raises(WorkerError) as err:
             df.collect()
         assert time.monotonic() - start < 30
+        # Reported by the worker that lost its peer, as data: the kind crossed the network.
+        assert err.value.kind == "lost_peer", err.value.kind
         said = str(err.value)
+        assert "lost its connection to another worker" in said, said
         assert "not signed by a CA this worker trusts" in said, said
         assert "--tls-ca" in said and (url in said or url2 in said), said
 

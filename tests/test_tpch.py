@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import assert_same_rows, is_distributed
 
-from datafusion_distributed_py import tpch
+from harness import tpch
 
 
 @pytest.mark.parametrize("n", tpch.QUERIES)

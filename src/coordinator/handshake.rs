@@ -76,7 +76,7 @@ async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result
         Ok(Err(e)) if is_worker_failure(&e) || is_rejected_credentials(&e) => {
             Err(name_worker(shown, e))
         }
-        Ok(Err(e)) => Err(unreachable(url, &e.find_root().message())),
+        Ok(Err(e)) => Err(unreachable(url, &e).await),
         Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(
             Some(shown),
             FailureKind::VersionMismatch,

@@ -27,6 +27,7 @@ use super::settings::apply_options;
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
+use crate::checks;
 use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
@@ -36,13 +37,11 @@ use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites::{self, CompressedTable};
 use crate::protocol::display_url;
-use crate::protocol::{FixedResolver, WorkerChannels, Workers};
+use crate::protocol::{FixedResolver, InProcessWorkers, WorkerChannels, Workers};
 use crate::security::Security;
-use crate::worker::EmbeddedCluster;
-use crate::VERSION;
 
 enum Cluster {
-    Embedded(EmbeddedCluster),
+    Embedded(InProcessWorkers),
     /// Worker processes reached over gRPC; the channels and the quarantine of lost workers are
     /// kept across queries.
     Remote(Workers, WorkerChannels, Quarantine),
@@ -97,11 +96,11 @@ pub struct ClusterPlanner {
 }
 
 impl ClusterPlanner {
-    /// Over `n_workers` workers in this process, sharing this planner's runtime (and so its
-    /// object stores).
-    pub fn embedded(n_workers: usize) -> Self {
+    /// Over workers in this process that `start` starts on the runtime given to it, which
+    /// this planner shares (and so its object stores).
+    pub fn embedded(start: impl FnOnce(Arc<RuntimeEnv>) -> InProcessWorkers) -> Self {
         let runtime_env = Arc::new(RuntimeEnv::default());
-        let cluster = EmbeddedCluster::start(n_workers, Arc::clone(&runtime_env), VERSION);
+        let cluster = start(Arc::clone(&runtime_env));
         let observer = Observer::embedded(cluster.channels.by_url().clone());
         Self {
             cluster: Cluster::Embedded(cluster),
@@ -205,7 +204,7 @@ impl ClusterPlanner {
                 })?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = restore_field_metadata(plan)?;
-        plan_rewrites::check_nothing_lost(&plan)?;
+        checks::check_nothing_lost(&plan)?;
         let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new())?;
         let exact_rows = match stats.num_rows {
             Precision::Exact(n) => Some(n),

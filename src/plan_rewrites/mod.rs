@@ -11,14 +11,12 @@ use datafusion::physical_plan::ExecutionPlan;
 mod compressed_scans;
 mod cooperative;
 mod generate_series;
-mod lost_in_transit;
 mod one_partition_scans;
 mod parallel_writes;
 mod scan_filters;
 mod window_sorts;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
-pub use lost_in_transit::check_nothing_lost;
 
 /// `plan` as the distributed planner should see it.
 pub fn prepare(
@@ -44,7 +42,13 @@ mod tests {
     use datafusion::prelude::SessionContext;
     use datafusion_proto::bytes::{physical_plan_from_bytes, physical_plan_to_bytes};
 
-    use super::{cooperative, generate_series, window_sorts};
+    use datafusion::prelude::SessionConfig;
+    use datafusion_distributed::DistributedConfig;
+
+    use super::{
+        compressed_scans, cooperative, generate_series, one_partition_scans, parallel_writes,
+        scan_filters, window_sorts,
+    };
 
     fn session() -> SessionContext {
         let ctx = SessionContext::new();
@@ -162,5 +166,223 @@ mod tests {
             .downcast_ref::<Int64Array>()
             .unwrap();
         assert_eq!(n.value(0), 10);
+    }
+
+    /// A directory of its own under the system's temporary one.
+    fn scratch() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("dfdpy-rewrites-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// `ctx`'s options with the distributed planner's, as a query is prepared with them.
+    fn distributed_options(
+        ctx: &SessionContext,
+        d_cfg: DistributedConfig,
+    ) -> datafusion::common::config::ConfigOptions {
+        let mut options = ctx.copied_config().options().as_ref().clone();
+        options.extensions.insert(d_cfg);
+        options
+    }
+
+    #[tokio::test]
+    async fn a_one_partition_scan_that_will_be_split_is_merged_before_its_limit_or_sort() {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+        let col = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+        let batch = RecordBatch::try_from_iter([("a", col(vec![3, 1, 2]))]).unwrap();
+        ctx.register_batch("t", batch).unwrap();
+        let mut may_split = DistributedConfig::default();
+        may_split.dynamic_task_count = true;
+        let split = distributed_options(&ctx, may_split);
+        // LIMIT 1 pushed into the scan: each task would give its own first row.
+        let limit = physical(&ctx, "SELECT a FROM t LIMIT 1").await;
+        let before = shown(&limit);
+        assert!(!before.contains("CoalescePartitionsExec"), "{before}");
+        let after =
+            shown(&one_partition_scans::merge_split_scans(Arc::clone(&limit), &split).unwrap());
+        let lines: Vec<&str> = after.lines().map(str::trim_start).collect();
+        assert!(
+            lines[lines.len() - 2].starts_with("CoalescePartitionsExec: fetch=1"),
+            "{before}\n=>\n{after}"
+        );
+        // A sort of the whole input: the tasks' rows meet below it.
+        let sort = physical(&ctx, "SELECT a FROM t ORDER BY a").await;
+        let after = shown(&one_partition_scans::merge_split_scans(sort, &split).unwrap());
+        let lines: Vec<&str> = after.lines().map(str::trim_start).collect();
+        assert!(lines[0].starts_with("SortExec"), "{after}");
+        assert!(lines[1].starts_with("CoalescePartitionsExec"), "{after}");
+        // A scan that stays one task is left alone.
+        let mut one = DistributedConfig::default();
+        one.max_tasks_per_stage = 1;
+        let one_task = distributed_options(&ctx, one);
+        let unsplit = one_partition_scans::merge_split_scans(limit, &one_task).unwrap();
+        assert_eq!(shown(&unsplit), before);
+    }
+
+    #[tokio::test]
+    async fn a_directory_write_moves_its_sink_into_every_task() {
+        let ctx = session();
+        let out = scratch();
+        let copy = format!(
+            "COPY (SELECT a FROM t) TO '{}/' STORED AS parquet",
+            out.display()
+        );
+        let plan = physical(&ctx, &copy).await;
+        let before = shown(&plan);
+        let after = shown(&parallel_writes::write_from_every_task(plan).unwrap());
+        let names: Vec<&str> = after
+            .lines()
+            .map(|l| l.trim_start().split([':', ' ']).next().unwrap())
+            .collect();
+        assert_eq!(
+            &names[..4],
+            [
+                "SumCounts",
+                "CoalescePartitionsExec",
+                "DataSinkExec",
+                "MergeTaskPartitions"
+            ],
+            "{before}\n=>\n{after}"
+        );
+        // One file: written where its rows meet, as single-node does.
+        let one_file = format!("COPY (SELECT a FROM t) TO '{}/one.parquet'", out.display());
+        assert_unchanged(
+            physical(&ctx, &one_file).await,
+            parallel_writes::write_from_every_task,
+        );
+        std::fs::remove_dir_all(out).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_gzip_table_decoded_without_its_compression_reads_compressed_again() {
+        use datafusion::datasource::physical_plan::FileScanConfig;
+        use datafusion::datasource::source::DataSourceExec;
+        use datafusion_proto::bytes::logical_plan_to_bytes;
+
+        let ctx = session();
+        let dir = scratch();
+        let write = format!(
+            "COPY (SELECT a, b FROM t) TO '{}/' STORED AS csv \
+             OPTIONS ('format.compression' 'gzip', 'format.has_header' 'true')",
+            dir.display()
+        );
+        ctx.sql(&write).await.unwrap().collect().await.unwrap();
+        let create = format!(
+            "CREATE EXTERNAL TABLE g STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.compression' 'gzip', 'format.has_header' 'true')",
+            dir.display()
+        );
+        ctx.sql(&create).await.unwrap();
+        let plan = physical(&ctx, "SELECT a, b FROM g ORDER BY a").await;
+        // As the coordinator receives it: the bytes carry no compression.
+        let decoded =
+            physical_plan_from_bytes(&physical_plan_to_bytes(plan).unwrap(), &ctx.task_ctx())
+                .unwrap();
+        let compression = |plan: &Arc<dyn ExecutionPlan>| {
+            let mut found = vec![];
+            let _ = datafusion::common::tree_node::TreeNode::apply(plan, |node| {
+                if let Some(scan) = node
+                    .downcast_ref::<DataSourceExec>()
+                    .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
+                {
+                    found.push(scan.file_compression_type.is_compressed());
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            });
+            found
+        };
+        assert_eq!(compression(&decoded), [false]);
+        let scan = ctx.table("g").await.unwrap().into_unoptimized_plan();
+        let table = compressed_scans::CompressedTable::from_logical_scan(
+            &logical_plan_to_bytes(&scan).unwrap(),
+        )
+        .unwrap()
+        .expect("a gzip table");
+        let restored = compressed_scans::restore_compression(decoded, &[table]).unwrap();
+        assert_eq!(compression(&restored), [true]);
+        let batches = collect(restored, ctx.task_ctx()).await.unwrap();
+        let a = batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(a.values(), &[1, 2, 3]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_selective_join_across_a_shuffle_filters_the_scan_its_key_comes_from() {
+        let config = SessionConfig::new().with_target_partitions(4);
+        let ctx = SessionContext::new_with_config(config);
+        let dir = scratch();
+        let tables = [
+            (
+                "sales",
+                "SELECT value AS s_id, (value % 1024) * 3 AS s_date, \
+                 (value * 7919) % 4096 AS s_item, value % 63 AS s_qty \
+                 FROM generate_series(0, 59999)",
+            ),
+            (
+                "stock",
+                "SELECT (value * 7919) % 4096 AS st_item, (value * 13) % 63 AS st_qty \
+                 FROM generate_series(0, 59999)",
+            ),
+            (
+                "dates",
+                "SELECT value AS d_sk, 1995 + value / 365 AS d_year FROM generate_series(0, 3649)",
+            ),
+        ];
+        for (name, rows) in tables {
+            let path = dir.join(name);
+            let copy = format!("COPY ({rows}) TO '{}/' STORED AS parquet", path.display());
+            ctx.sql(&copy).await.unwrap().collect().await.unwrap();
+            ctx.register_parquet(name, path.to_str().unwrap(), Default::default())
+                .await
+                .unwrap();
+        }
+        // The fact tables' join is shuffled (partitioned); the filtered dimension is collected.
+        for set in [
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 200000",
+            "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 20000",
+        ] {
+            ctx.sql(set).await.unwrap();
+        }
+        let q72_shape = "SELECT d_year, count(*) AS n FROM sales \
+                         JOIN stock ON s_item = st_item AND st_qty < s_qty \
+                         JOIN dates ON s_date = d_sk WHERE d_year = 1999 GROUP BY d_year";
+        let plan = physical(&ctx, q72_shape).await;
+        let options = distributed_options(&ctx, DistributedConfig::default());
+        let before = shown(&plan);
+        let after =
+            shown(&scan_filters::filter_scans_across_stages(Arc::clone(&plan), &options).unwrap());
+        assert!(!before.contains("RightSemi"), "{before}");
+        let semi: Vec<&str> = after
+            .lines()
+            .filter(|l| l.contains("join_type=RightSemi"))
+            .collect();
+        assert_eq!(semi.len(), 1, "{before}\n=>\n{after}");
+        assert!(semi[0].contains("on=[(d_sk@0, s_date@"), "{after}");
+        // Same answer.
+        let rows = |plan| async { collect(plan, ctx.task_ctx()).await.unwrap() };
+        let want = datafusion::arrow::util::pretty::pretty_format_batches(&rows(plan).await)
+            .unwrap()
+            .to_string();
+        let rewritten =
+            scan_filters::filter_scans_across_stages(physical(&ctx, q72_shape).await, &options)
+                .unwrap();
+        let got = datafusion::arrow::util::pretty::pretty_format_batches(&rows(rewritten).await)
+            .unwrap()
+            .to_string();
+        assert_eq!(got, want);
+        // A join with nothing to filter (no WHERE on the dimension) is left alone.
+        let unselective = physical(
+            &ctx,
+            "SELECT count(*) FROM sales JOIN dates ON s_date = d_sk",
+        )
+        .await;
+        let shown_before = shown(&unselective);
+        let unchanged = scan_filters::filter_scans_across_stages(unselective, &options).unwrap();
+        assert_eq!(shown(&unchanged), shown_before);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

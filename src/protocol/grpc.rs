@@ -15,8 +15,10 @@ use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
+use super::connect_failure::unreachable_from;
+use super::peer_channel::PeerChannel;
 use super::urls::display_url;
-use crate::errors::{worker_failure, worker_lost, FailureKind};
+use crate::errors::{as_lost_peer, worker_failure, FailureKind};
 use crate::security::Security;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,12 +76,22 @@ impl WorkerChannels {
 
     /// A new connection to `url`, not kept.
     async fn connect(&self, url: &Url) -> Result<Channel> {
-        let side = self.side;
-        let unreachable =
-            |e: tonic::transport::Error| unreachable_from(side, url, &with_causes(&e));
+        let endpoint = match self.endpoint(url) {
+            Ok(endpoint) => endpoint,
+            Err(NoDial::Forbidden(refused)) => return Err(refused),
+            Err(NoDial::Failed(e)) => return Err(unreachable_from(self.side, url, &e).await),
+        };
+        match endpoint.connect().await {
+            Ok(channel) => Ok(channel),
+            Err(e) => Err(unreachable_from(self.side, url, &e).await),
+        }
+    }
+
+    /// How `url` is dialled.
+    fn endpoint(&self, url: &Url) -> std::result::Result<Endpoint, NoDial> {
         #[allow(unused_mut)]
         let mut endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(unreachable)?
+            .map_err(NoDial::Failed)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
@@ -91,18 +103,18 @@ impl WorkerChannels {
                 let tls = self.security.tls.clone().unwrap_or_default();
                 endpoint = endpoint
                     .tls_config(tls.client_config())
-                    .map_err(unreachable)?;
+                    .map_err(NoDial::Failed)?;
             }
             #[cfg(not(feature = "tls"))]
-            return Err(worker_failure(
+            return Err(NoDial::Forbidden(worker_failure(
                 Some(display_url(url)),
                 FailureKind::Refused,
                 "is addressed with https://, but this build of datafusion-distributed-py has no \
                  TLS support"
                     .into(),
-            ));
+            )));
         } else if self.security.tls.is_some() {
-            return Err(worker_failure(
+            return Err(NoDial::Forbidden(worker_failure(
                 Some(display_url(url)),
                 FailureKind::Refused,
                 format!(
@@ -110,10 +122,17 @@ impl WorkerChannels {
                      https://{}",
                     display_url(url).trim_start_matches("http://")
                 ),
-            ));
+            )));
         }
-        endpoint.connect().await.map_err(unreachable)
+        Ok(endpoint)
     }
+}
+
+/// Why `url` is not dialled.
+enum NoDial {
+    /// This side's settings forbid it.
+    Forbidden(DataFusionError),
+    Failed(tonic::transport::Error),
 }
 
 impl WorkerChannels {
@@ -154,130 +173,16 @@ impl WorkerChannels {
 #[async_trait]
 impl ChannelResolver for WorkerChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        Ok(create_worker_client(self.authorized(url).await?))
-    }
-}
-
-/// `url`'s worker cannot be reached from the coordinator because of `cause`, with a hint when
-/// TLS settings differ.
-pub fn unreachable(url: &Url, cause: &str) -> DataFusionError {
-    unreachable_from(Side::Coordinator, url, cause)
-}
-
-/// `url`'s worker cannot be reached from `side` because of `cause`.
-pub fn unreachable_from(side: Side, url: &Url, cause: &str) -> DataFusionError {
-    worker_lost(
-        display_url(url),
-        FailureKind::Unreachable,
-        format!(
-            "is unreachable ({}){}",
-            plain_cause(cause),
-            tls_hint(side, url, cause)
-        ),
-    )
-}
-
-/// A connection failure in plain words: tonic and hyper nest the OS's reason in their own.
-fn plain_cause(cause: &str) -> String {
-    let said = |words: &[&str]| words.iter().any(|w| cause.contains(w));
-    if said(&[
-        "ConnectionRefused",
-        "Connection refused",
-        "connection refused",
-    ]) {
-        "connection refused".into()
-    } else if said(&["ConnectionReset", "connection reset", "Connection reset"]) {
-        "connection reset".into()
-    } else if said(&["BrokenPipe", "broken pipe", "connection closed"]) {
-        "connection closed".into()
-    } else if said(&["timed out", "TimedOut", "Elapsed", "deadline has elapsed"]) {
-        "connection timed out".into()
-    } else if said(&["dns error", "failed to lookup", "Name or service not known"]) {
-        "its host name does not resolve".into()
-    } else if said(&["No route to host", "HostUnreachable", "NetworkUnreachable"]) {
-        "no route to its host".into()
-    } else {
-        cause.to_string()
-    }
-}
-
-/// What a failed connection most likely means when the two ends disagree about TLS. tonic
-/// hands these failures over as opaque transport errors, so their text is all there is.
-fn tls_hint(side: Side, url: &Url, cause: &str) -> String {
-    let https = url.scheme() == "https";
-    let closed_on_preface = [
-        "FRAME_SIZE_ERROR",
-        "h2 protocol error",
-        "BrokenPipe",
-        "broken pipe",
-        "connection closed",
-    ]
-    .iter()
-    .any(|said| cause.contains(said));
-    let (who, give_security) = match side {
-        Side::Coordinator => ("the coordinator", "give the coordinator's Security"),
-        Side::Worker => (
-            "this worker",
-            "start this worker with the cluster's settings (--tls-ca, --tls-cert/--tls-key, or \
-             DFDPY_TLS_*_FILE; Worker(security=...))",
-        ),
-    };
-    if !https && closed_on_preface {
-        format!(" (does the worker serve TLS? then address it as https:// and {give_security})")
-    } else if https && (cause.contains("InvalidContentType") || cause.contains("corrupt message")) {
-        " (the worker does not serve TLS: address it as http://)".to_string()
-    } else if https
-        && (cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate"))
-    {
-        let fix = match side {
-            Side::Coordinator => {
-                "give the coordinator's Security(tls_ca=...) the cluster's CA, \
-                                  and server_name= if workers are addressed by IP"
-            }
+        let channel = self.authorized(url).await;
+        match self.side {
+            Side::Coordinator => Ok(create_worker_client(channel?)),
+            // A worker's failures to reach a peer must reach the coordinator as such.
             Side::Worker => {
-                "start this worker with --tls-ca (Security(tls_ca=...), \
-                             DFDPY_TLS_CA_FILE) naming the cluster's CA, and --tls-server-name \
-                             if workers are addressed by IP"
+                let peer = display_url(url).to_string();
+                let channel = channel.map_err(|e| as_lost_peer(&peer, e))?;
+                let inner = create_worker_client(channel);
+                Ok(Box::new(PeerChannel { peer, inner }))
             }
-        };
-        format!(" (its certificate is not signed by a CA {who} trusts: {fix})")
-    } else {
-        String::new()
-    }
-}
-
-/// `e: cause: cause...`: tonic's own text ("transport error") does not say what went wrong.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        // Wrappers often repeat their cause's text.
-        if !text.ends_with(&said) {
-            text.push_str(&format!(": {said}"));
         }
-        cause = c.source();
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::errors::as_worker_failure;
-
-    #[test]
-    fn a_connection_closed_while_connecting_reads_in_plain_words() {
-        // What a worker killed a moment before the coordinator probed it gave.
-        let cause = "transport error: error trying to connect, source: tonic::transport::Error(\
-                     Transport, hyper::Error(Io, Custom { kind: BrokenPipe, error: \"stream \
-                     closed because of a broken pipe\" }))";
-        let err = unreachable(&Url::parse("http://127.0.0.1:1").unwrap(), cause);
-        let text = &as_worker_failure(&err).unwrap().to_string();
-        assert!(
-            text.contains("is unreachable (connection closed)"),
-            "{text}"
-        );
-        assert!(!text.contains("tonic"), "{text}");
     }
 }

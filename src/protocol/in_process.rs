@@ -17,6 +17,15 @@ use futures::StreamExt;
 use http::HeaderMap;
 use url::Url;
 
+/// Workers living in this process (the embedded cluster, which `worker/` starts), as the
+/// coordinator sees them: their URLs and the channels that call them.
+pub struct InProcessWorkers {
+    pub urls: Vec<Url>,
+    pub channels: InProcessChannelResolver,
+    /// What keeps the workers serving (their housekeeping), dropped with the planner.
+    pub keep_alive: Box<dyn std::any::Any + Send + Sync>,
+}
+
 /// Routes a worker URL to the in-process `Worker` that owns it.
 #[derive(Clone, Default)]
 pub struct InProcessChannelResolver {

@@ -18,6 +18,8 @@ use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
 use crate::runtime;
 use crate::security::Security;
+use crate::worker::EmbeddedCluster;
+use crate::VERSION;
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct Coordinator {
@@ -33,7 +35,9 @@ impl Coordinator {
             return Err(PyValueError::new_err("n_workers must be at least 1"));
         }
         Ok(Self {
-            planner: Arc::new(ClusterPlanner::embedded(n_workers)),
+            planner: Arc::new(ClusterPlanner::embedded(|runtime| {
+                EmbeddedCluster::start(n_workers, runtime, VERSION)
+            })),
         })
     }
 

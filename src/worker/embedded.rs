@@ -12,17 +12,18 @@ use url::Url;
 
 use super::sessions::TaskSessions;
 use super::task_cache;
-use crate::protocol::InProcessChannelResolver;
+use crate::protocol::{InProcessChannelResolver, InProcessWorkers};
 
-/// An in-process cluster: its worker URLs and the resolver that reaches them.
-pub struct EmbeddedCluster {
-    pub urls: Vec<Url>,
-    pub channels: InProcessChannelResolver,
-    _sweepers: Vec<SpawnedTask<()>>,
-}
+/// An in-process cluster of `n_workers` on `runtime_env`: their URLs, the resolver that
+/// reaches them, and the sweepers of their task caches.
+pub struct EmbeddedCluster;
 
 impl EmbeddedCluster {
-    pub fn start(n_workers: usize, runtime_env: Arc<RuntimeEnv>, version: &str) -> Self {
+    pub fn start(
+        n_workers: usize,
+        runtime_env: Arc<RuntimeEnv>,
+        version: &str,
+    ) -> InProcessWorkers {
         let urls: Vec<Url> = (0..n_workers)
             .map(|i| Url::parse(&format!("embedded://worker-{i}")).expect("static URL"))
             .collect();
@@ -49,11 +50,12 @@ impl EmbeddedCluster {
         }
         let channels = InProcessChannelResolver::new(workers);
         let _ = cell.set(channels.clone());
-        let sweepers = channels.workers().cloned().map(task_cache::sweep).collect();
-        Self {
+        let sweepers: Vec<SpawnedTask<()>> =
+            channels.workers().cloned().map(task_cache::sweep).collect();
+        InProcessWorkers {
             urls,
             channels,
-            _sweepers: sweepers,
+            keep_alive: Box::new(sweepers),
         }
     }
 }

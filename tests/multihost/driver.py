@@ -37,10 +37,13 @@ from datafusion_distributed_py import (
     _internal,
     dns_workers,
     ran_on,
-    tpch,
 )
+
+# Run as a script on another host: TPC-H comes from the repository's harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from harness import tpch  # noqa: E402
 
 #: Runs for seconds on three workers: a Python UDF that sleeps per batch, then a shuffle.
 SLOW = (

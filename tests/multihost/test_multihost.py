@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from netns import Network, available
 
-from datafusion_distributed_py import Security, tpch
+from datafusion_distributed_py import Security
+from harness import tpch
 
 pytestmark = [pytest.mark.slow, pytest.mark.multihost]
 

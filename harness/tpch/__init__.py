@@ -4,7 +4,7 @@ Data comes from the ``tpchgen-cli`` package (``pip install tpchgen-cli``); the 2
 the standard ones with the specification's validation parameters.
 
 Example:
-    >>> from datafusion_distributed_py import tpch
+    >>> from harness import tpch
     >>> tpch.TABLES[:3]
     ('customer', 'lineitem', 'nation')
     >>> "l_returnflag" in tpch.query(1)
