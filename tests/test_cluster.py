@@ -308,6 +308,7 @@ def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
         assert _cpu_in_2s(pids) < 0.5, "the query kept running after the interrupt"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["embedded", "workers"])
 def test_exit_while_a_daemon_thread_runs_a_query(tmp_path, kind):
     """The interpreter exits cleanly (code 0) with a distributed query still running in a
@@ -333,6 +334,7 @@ def test_exit_while_a_daemon_thread_runs_a_query(tmp_path, kind):
     assert (done.returncode, done.stdout.strip()) == (0, "leaving"), done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
     script = tmp_path / "owner.py"
     script.write_text(

@@ -22,6 +22,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+#: A real Jupyter kernel per cluster kind: seconds to start, like the browser tests.
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).parents[1] / "examples" / "notebook.ipynb"
 SVG = "{http://www.w3.org/2000/svg}"
 

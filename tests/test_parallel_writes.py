@@ -215,6 +215,7 @@ def _settle(target: Path, seconds: float = 5.0) -> list[str]:
     return _visible(target)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_write_leaves_no_files(data, tmp_path):
     """A write is never run twice: a worker lost mid-write fails it with a ``WorkerError``
     naming the worker, and the files the other task wrote are removed."""
@@ -237,6 +238,7 @@ def test_a_worker_killed_mid_write_leaves_no_files(data, tmp_path):
     assert _settle(target) == []
 
 
+@pytest.mark.slow
 def test_an_interrupt_mid_write_leaves_no_partial_output(data, workers, tmp_path):
     ctx = _slow_session(data)
     target = tmp_path / "out"
