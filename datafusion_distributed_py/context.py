@@ -31,7 +31,6 @@ from datafusion_distributed_py.dataframe import (
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.lakehouse.registry import single_node_reason
 from datafusion_distributed_py.monitor import MONITOR, Feed
-from datafusion_distributed_py.notebook import METRICS_MARK
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
@@ -102,6 +101,10 @@ class MetricsRecord(TypedDict):
 _log = logging.getLogger("datafusion_distributed_py")
 #: The id under which lakehouse tables' scans are encoded (see ``DistributedContext._wire``).
 SNAPSHOT_SCAN_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
+#: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
+#: notebook, ``notebook.py``).
+METRICS_MARK = b"datafusion_distributed_py"
+
 _SET_DISTRIBUTED = re.compile(
     r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
 )

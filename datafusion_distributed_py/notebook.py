@@ -17,11 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from datafusion_distributed_py.context import METRICS_MARK, DistributedContext
+
 _OUT = re.compile(r"\s*(?:-o|--out)\s+([A-Za-z_]\w*)(?=\s|$)")
 _WORD = re.compile(r"\s*([A-Za-z_]\w*)(?=\s|$)")
-
-#: The schema metadata key that marks a table as ``metrics_table``'s.
-METRICS_MARK = b"datafusion_distributed_py"
 
 
 class SqlMagics:
@@ -59,8 +58,6 @@ class SqlMagics:
         return df
 
     def _is_context(self, name: str) -> bool:
-        from datafusion_distributed_py.context import DistributedContext
-
         return isinstance(self.shell.user_ns.get(name), DistributedContext)
 
     def _context_named(self, name: str) -> Any:
@@ -71,8 +68,6 @@ class SqlMagics:
     def _default(self) -> Any:
         if self.default is not None:
             return self.default
-        from datafusion_distributed_py.context import DistributedContext
-
         found = [v for v in self.shell.user_ns.values() if isinstance(v, DistributedContext)]
         if len(found) == 1:  # the only one there is
             return found[0]

@@ -10,19 +10,20 @@
 //! * [`codec`]: how plans travel: fragment and session codecs.
 //! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
+//! * [`plan_nodes`]: what every plan node of ours has alike (tree walking and rebuilding).
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
 //! * [`security`]: who may talk to a worker: token and TLS.
 //! * [`tables`]: tables whose files come from a table format's log (Delta Lake, Iceberg).
-//! * [`interpreter`]: whether our threads may still enter Python (not once it is exiting).
+//! * [`runtime`]: the one tokio runtime, and whether its threads may still enter Python.
 use pyo3::prelude::*;
 
 mod checks;
 mod codec;
 mod coordinator;
 mod errors;
-mod interpreter;
 mod leaves;
 mod object_stores;
+mod plan_nodes;
 mod plan_rewrites;
 mod protocol;
 mod python;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -53,6 +54,57 @@ def test_rust_modules_depend_one_way():
     assert "worker" not in graph["coordinator"], graph["coordinator"]
     # Checks change nothing, rewrites check nothing: each in its own room.
     assert not list((ROOT / "src" / "plan_rewrites").glob("lost_in_transit.rs"))
+    assert_acyclic(graph)
+
+
+def test_python_stays_at_the_boundary():
+    """PyO3 is used by the Python boundary (``src/python/``), by the runtime whose threads
+    and waits meet the interpreter (``src/runtime/``), and by ``lib.rs``'s module; the
+    coordinator, workers, protocol and codecs reach Python only through traits ``python/``
+    implements."""
+    src = ROOT / "src"
+    using = [
+        str(f.relative_to(src))
+        for f in src.rglob("*.rs")
+        if "pyo3" in f.read_text()
+        and f.relative_to(src).parts[0] not in ("python", "runtime", "lib.rs")
+    ]
+    assert using == [], using
+
+
+def _python_module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports (anywhere in it,
+    function-level imports included; ``_internal``, the compiled core, is not a module here)."""
+    package = ROOT / "datafusion_distributed_py"
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    if alias.name != "_internal":
+                        deps.add(target if target in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def test_python_modules_depend_one_way():
+    """No module of the package imports one that imports it back (the package's
+    ``__init__`` gathers the public API; its modules import each other, never it)."""
+    graph = _python_module_graph()
+    assert "datafusion_distributed_py.context" in graph
+    assert_acyclic(graph)
+
+
+def assert_acyclic(graph: dict[str, set[str]]) -> None:
+    """Fails naming the first cycle found in ``graph`` (module -> the modules it imports)."""
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:
@@ -66,19 +118,3 @@ def test_rust_modules_depend_one_way():
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
-
-
-def test_python_stays_at_the_boundary():
-    """PyO3 is used by the Python boundary (``src/python/``) and by what enters Python from
-    our threads (``runtime.rs``, ``interpreter.rs``, and ``lib.rs``'s module); the coordinator,
-    workers, protocol and codecs reach Python only through traits ``python/`` implements."""
-    allowed = {"lib.rs", "runtime.rs", "interpreter.rs"}
-    src = ROOT / "src"
-    using = [
-        str(f.relative_to(src))
-        for f in src.rglob("*.rs")
-        if "pyo3" in f.read_text()
-        and f.relative_to(src).parts[0] != "python"
-        and f.name not in allowed
-    ]
-    assert using == [], using

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
@@ -23,7 +23,7 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
-use super::our_nodes::only;
+use crate::plan_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.metadata-repair";
 
@@ -179,30 +179,10 @@ impl DisplayAs for MetadataRepair {
 }
 
 impl ExecutionPlan for MetadataRepair {
-    fn name(&self) -> &str {
-        "MetadataRepair"
-    }
+    crate::plan_nodes::one_input_node!("MetadataRepair", 0, |_this, input| MetadataRepair(input));
 
     fn properties(&self) -> &Arc<PlanProperties> {
         self.0.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.0]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        only(&children, "MetadataRepair").map(mark)
     }
 
     fn execute(

@@ -3,7 +3,7 @@
 //! that owns it.
 use std::sync::Arc;
 
-use datafusion::common::{internal_err, Result};
+use datafusion::common::Result;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::{field_metadata, scan_compression, task_merge};
@@ -28,12 +28,4 @@ pub fn decode(
     children: &[Arc<dyn ExecutionPlan>],
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     NODES.iter().find_map(|(_, decode)| decode(buf, children))
-}
-
-/// The one plan a node of ours (`what`) wraps, among `plans` (its children, decoded or new).
-pub fn only(plans: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn ExecutionPlan>> {
-    match plans {
-        [plan] => Ok(Arc::clone(plan)),
-        _ => internal_err!("{what} wraps one plan, not {}", plans.len()),
-    }
 }

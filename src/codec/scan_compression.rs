@@ -11,18 +11,17 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{internal_err, Result};
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 /// What starts an encoded `ScanCompression` (the session codec's other nodes are datafusion-
 /// python's, which never start so).
-use super::our_nodes::only;
+use crate::plan_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.scan-compression:";
 
@@ -100,34 +99,13 @@ impl DisplayAs for ScanCompression {
 }
 
 impl ExecutionPlan for ScanCompression {
-    fn name(&self) -> &str {
-        "ScanCompression"
-    }
+    crate::plan_nodes::one_input_node!("ScanCompression", scan, |this, scan| Self {
+        scan,
+        compression: this.compression,
+    });
 
     fn properties(&self) -> &Arc<PlanProperties> {
         self.scan.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.scan]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let scan = only(&children, "ScanCompression")?;
-        Ok(Arc::new(Self {
-            scan,
-            compression: self.compression,
-        }))
     }
 
     fn execute(

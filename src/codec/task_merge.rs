@@ -7,16 +7,15 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 
-use super::our_nodes::only;
+use crate::plan_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.merge-task-partitions";
 
@@ -67,31 +66,12 @@ impl DisplayAs for MergeTaskPartitions {
 }
 
 impl ExecutionPlan for MergeTaskPartitions {
-    fn name(&self) -> &str {
-        "MergeTaskPartitions"
-    }
+    crate::plan_nodes::one_input_node!("MergeTaskPartitions", input, |_this, input| Self::new(
+        input
+    ));
 
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = only(&children, "MergeTaskPartitions")?;
-        Ok(Arc::new(Self::new(input)))
     }
 
     fn execute(

@@ -20,7 +20,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
 use datafusion::datasource::file_format::csv::CsvSink;
 use datafusion::datasource::file_format::json::JsonSink;
@@ -31,7 +30,7 @@ use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -218,33 +217,13 @@ impl DisplayAs for SumCounts {
 }
 
 impl ExecutionPlan for SumCounts {
-    fn name(&self) -> &str {
-        "SumCounts"
-    }
+    crate::plan_nodes::one_input_node!("SumCounts", input, |this, input| Self::new(
+        input,
+        this.staging.clone()
+    ));
 
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(Self::new(input, self.staging.clone()))),
-            _ => internal_err!("SumCounts adds up one input"),
-        }
     }
 
     fn execute(

@@ -168,7 +168,7 @@ struct PythonResolver(Py<PyAny>);
 
 impl ListWorkers for PythonResolver {
     fn list(&self) -> Result<Vec<String>, String> {
-        crate::interpreter::attach(|py| self.0.call0(py).and_then(|v| v.extract(py)))
+        crate::runtime::interpreter::attach(|py| self.0.call0(py).and_then(|v| v.extract(py)))
             .ok_or_else(|| "the Python interpreter is exiting".to_string())?
             .map_err(|e| e.to_string())
     }
@@ -180,7 +180,7 @@ struct PythonProgress(Py<PyAny>);
 
 impl ProgressSink for PythonProgress {
     fn update(&self, u: ProgressUpdate<'_>) {
-        crate::interpreter::attach(|py| {
+        crate::runtime::interpreter::attach(|py| {
             let args = (
                 u.stage, u.done, u.total, u.worker, u.attempt, u.kind, u.rows, u.eta_s,
             );

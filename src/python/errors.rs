@@ -41,7 +41,7 @@ pub fn to_py_err(err: DataFusionError) -> PyErr {
     // The failure's own words, without DataFusion's "External error: " prefix.
     if let Some(failure) = as_worker_failure(&err) {
         let py_err = WorkerError::new_err(failure.to_string());
-        crate::interpreter::attach(|py| {
+        crate::runtime::interpreter::attach(|py| {
             let url = failure.worker.clone();
             // Never fails on an exception instance; a failure here would only lose the attribute.
             let _ = py_err.value(py).setattr("worker_url", url);

@@ -36,6 +36,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
-    m.add_function(wrap_pyfunction!(crate::interpreter::close_interpreter, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        crate::runtime::interpreter::close_interpreter,
+        m
+    )?)?;
     Ok(())
 }

@@ -16,9 +16,9 @@ use pyo3::types::PyCapsule;
 
 use super::capsule;
 use super::errors::to_py_err;
-use crate::interpreter;
 use crate::object_stores::StoreSpec;
 use crate::runtime;
+use crate::runtime::interpreter;
 use crate::tables::{self, BatchSource, SnapshotFile, SnapshotSource};
 
 /// A data file as Python lists it: `(url, size, rows, partition values)`.

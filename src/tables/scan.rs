@@ -6,11 +6,9 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Result;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 use crate::object_stores::{register_all, StoreSpec};
@@ -76,30 +74,10 @@ impl DisplayAs for SnapshotScanExec {
 }
 
 impl ExecutionPlan for SnapshotScanExec {
-    fn name(&self) -> &str {
-        "SnapshotScanExec"
-    }
+    crate::plan_nodes::leaf_node!("SnapshotScanExec");
 
     fn properties(&self) -> &Arc<PlanProperties> {
         self.inner.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
     }
 
     fn execute(

@@ -3,7 +3,9 @@
 //! datafusion-python polls our futures on its own runtime threads, where our copy of tokio sees
 //! no runtime; every FFI object we export therefore carries this runtime's handle, and every
 //! blocking call from Python runs here with the GIL released (Python UDFs on worker threads
-//! need the GIL).
+//! need the GIL). [`interpreter`] says whether our threads may still enter Python.
+pub mod interpreter;
+
 use std::future::Future;
 
 use futures::FutureExt;
@@ -11,7 +13,6 @@ use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 
-use crate::interpreter;
 use tokio::runtime::{Handle, Runtime};
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();

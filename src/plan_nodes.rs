@@ -1,0 +1,84 @@
+//! What every plan node of ours has alike. Our nodes evaluate no expressions of their own, so
+//! the `ExecutionPlan` methods that walk and rebuild the tree read the same in each; they are
+//! written once here, and each node's file keeps what makes it that node (its properties and
+//! `execute`).
+use std::sync::Arc;
+
+use datafusion::common::{internal_err, Result};
+use datafusion::physical_plan::ExecutionPlan;
+
+/// The one plan a node of ours (`what`) wraps, among `plans` (its children, decoded or new).
+pub fn only(plans: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    match plans {
+        [plan] => Ok(Arc::clone(plan)),
+        _ => internal_err!("{what} wraps one plan, not {}", plans.len()),
+    }
+}
+
+/// `name`, `children`, `apply_expressions` and `with_new_children` of a node named `$name`
+/// with no children: it stays itself whatever it is given.
+macro_rules! leaf_node {
+    ($name:literal) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![]
+        }
+
+        $crate::plan_nodes::no_expressions!();
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            _children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::common::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+        {
+            Ok(self)
+        }
+    };
+}
+
+/// The same for a node named `$name` over one input (the field `$input`), rebuilt over a new
+/// input by `$rebuild` with `$this` the node and `$new` the input.
+macro_rules! one_input_node {
+    ($name:literal, $input:tt, |$this:ident, $new:ident| $rebuild:expr) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![&self.$input]
+        }
+
+        $crate::plan_nodes::no_expressions!();
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::common::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+        {
+            let $new = $crate::plan_nodes::only(&children, $name)?;
+            let $this = self;
+            Ok(std::sync::Arc::new($rebuild))
+        }
+    };
+}
+
+/// `apply_expressions` of a node that evaluates none.
+macro_rules! no_expressions {
+    () => {
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+            ) -> datafusion::common::Result<
+                datafusion::common::tree_node::TreeNodeRecursion,
+            >,
+        ) -> datafusion::common::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+    };
+}
+
+pub(crate) use {leaf_node, no_expressions, one_input_node};
