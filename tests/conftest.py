@@ -120,3 +120,23 @@ def cluster() -> Iterator[LocalCluster]:
     define their own ``cluster``)."""
     with LocalCluster(2) as c:
         yield c
+
+
+def write_v_g_parts(root: Path, rows: int, row_group_size: int) -> Path:
+    """``rows`` rows of ``v`` (0, 1, ...) and ``g`` (``g0``..``g2``) in four Parquet files under
+    ``root``, so that scans split into tasks; returns ``root``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i in range(4):
+        values = range(i * rows // 4, (i + 1) * rows // 4)
+        t = pa.table({"v": pa.array(values, pa.int64()), "g": [f"g{v % 3}" for v in values]})
+        pq.write_table(t, root / f"{i}.parquet", row_group_size=row_group_size)
+    return root
+
+
+def session_over(data: Path) -> SessionContext:
+    """A session with ``data`` registered as ``t``."""
+    ctx = SessionContext()
+    ctx.register_parquet("t", str(data))
+    return ctx

@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from conftest import is_distributed
+from conftest import is_distributed, session_over, write_v_g_parts
 from datafusion import SessionContext, col, lit, lit_with_metadata, udf
 from datafusion import functions as f
 from datafusion.substrait import Consumer, Producer
@@ -24,18 +23,10 @@ SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("frames")
-    for i in range(4):
-        values = range(i * ROWS // 4, (i + 1) * ROWS // 4)
-        t = pa.table({"v": pa.array(values, pa.int64()), "g": [f"g{v % 3}" for v in values]})
-        pq.write_table(t, root / f"{i}.parquet", row_group_size=100)
-    return root
+    return write_v_g_parts(tmp_path_factory.mktemp("frames"), ROWS, row_group_size=100)
 
 
-def session(data: Path) -> SessionContext:
-    ctx = SessionContext()
-    ctx.register_parquet("t", str(data))
-    return ctx
+session = session_over
 
 
 QUERIES = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_same_rows, is_distributed
+from conftest import assert_same_rows, is_distributed, session_over, write_v_g_parts
 from datafusion import DataFrameWriteOptions, InsertOp, SessionContext, col, udf
 from datafusion.dataframe import ParquetColumnOptions, ParquetWriterOptions
 
@@ -33,18 +33,10 @@ QUERY = "SELECT v, g, v * 2 AS w FROM t WHERE v % 5 <> 0"
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("source")
-    for i in range(4):
-        values = range(i * ROWS // 4, (i + 1) * ROWS // 4)
-        t = pa.table({"v": pa.array(values, pa.int64()), "g": [f"g{v % 3}" for v in values]})
-        pq.write_table(t, root / f"{i}.parquet", row_group_size=1000)
-    return root
+    return write_v_g_parts(tmp_path_factory.mktemp("source"), ROWS, row_group_size=1000)
 
 
-def session(data: Path) -> SessionContext:
-    ctx = SessionContext()
-    ctx.register_parquet("t", str(data))
-    return ctx
+session = session_over
 
 
 def read_back(path: Path, fmt: str, **kwargs) -> pa.Table:
