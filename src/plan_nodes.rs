@@ -15,6 +15,36 @@ pub fn only(plans: &[Arc<dyn ExecutionPlan>], what: &str) -> Result<Arc<dyn Exec
     }
 }
 
+/// Writes `tag` for a node of type `T`, a marker that carries nothing but its kind (its one
+/// input travels as the node's child).
+pub fn encode_marker<T: ExecutionPlan>(
+    node: &Arc<dyn ExecutionPlan>,
+    tag: &[u8],
+    buf: &mut Vec<u8>,
+) -> Option<Result<()>> {
+    node.downcast_ref::<T>()?;
+    buf.extend_from_slice(tag);
+    Some(Ok(()))
+}
+
+/// The one input of a marker node named `what`, if `buf` is its `tag`.
+pub fn decode_marker(
+    buf: &[u8],
+    tag: &[u8],
+    inputs: &[Arc<dyn ExecutionPlan>],
+    what: &str,
+) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    (buf == tag).then(|| only(inputs, what))
+}
+
+/// An error unless `partition` is 0, for a node named `what` with one output partition.
+pub fn one_partition(partition: usize, what: &str) -> Result<()> {
+    match partition {
+        0 => Ok(()),
+        _ => internal_err!("{what} has one partition, not {partition}"),
+    }
+}
+
 /// `name`, `children`, `apply_expressions` and `with_new_children` of a node named `$name`
 /// with no children: it stays itself whatever it is given.
 macro_rules! leaf_node {

@@ -23,7 +23,7 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
-use crate::plan_nodes::only;
+use crate::plan_nodes::{decode_marker, encode_marker};
 
 const TAG: &[u8] = b"dfdpy.metadata-repair";
 
@@ -156,9 +156,7 @@ pub fn mark(fragment: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
 
 /// Writes `node` if it is the marker.
 pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
-    node.downcast_ref::<MetadataRepair>()?;
-    buf.extend_from_slice(TAG);
-    Some(Ok(()))
+    encode_marker::<MetadataRepair>(node, TAG, buf)
 }
 
 /// The repaired fragment, if `buf` is the marker.
@@ -166,10 +164,8 @@ pub fn decode(
     buf: &[u8],
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
-    if buf != TAG {
-        return None;
-    }
-    Some(only(inputs, "MetadataRepair").and_then(restore_field_metadata))
+    decode_marker(buf, TAG, inputs, "MetadataRepair")
+        .map(|input| input.and_then(restore_field_metadata))
 }
 
 impl DisplayAs for MetadataRepair {

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::{internal_err, Result};
+use datafusion::common::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -15,7 +15,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 
-use crate::plan_nodes::only;
+use crate::plan_nodes::{decode_marker, encode_marker, one_partition};
 
 const TAG: &[u8] = b"dfdpy.merge-task-partitions";
 
@@ -41,22 +41,15 @@ impl MergeTaskPartitions {
 }
 
 pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
-    node.downcast_ref::<MergeTaskPartitions>()?;
-    buf.extend_from_slice(TAG);
-    Some(Ok(()))
+    encode_marker::<MergeTaskPartitions>(node, TAG, buf)
 }
 
 pub fn decode(
     buf: &[u8],
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
-    if buf != TAG {
-        return None;
-    }
-    Some(
-        only(inputs, "MergeTaskPartitions")
-            .map(|input| Arc::new(MergeTaskPartitions::new(input)) as _),
-    )
+    decode_marker(buf, TAG, inputs, "MergeTaskPartitions")
+        .map(|input| input.map(|input| Arc::new(MergeTaskPartitions::new(input)) as _))
 }
 
 impl DisplayAs for MergeTaskPartitions {
@@ -79,9 +72,7 @@ impl ExecutionPlan for MergeTaskPartitions {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return internal_err!("MergeTaskPartitions has one partition, not {partition}");
-        }
+        one_partition(partition, "MergeTaskPartitions")?;
         CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, ctx)
     }
 }

@@ -231,9 +231,7 @@ impl ExecutionPlan for SumCounts {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return internal_err!("SumCounts has one partition, not {partition}");
-        }
+        crate::plan_nodes::one_partition(partition, "SumCounts")?;
         let schema = self.schema();
         let guard = match &self.staging {
             Some(staging) => Some(AbortUnlessCommitted {

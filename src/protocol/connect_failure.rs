@@ -3,7 +3,7 @@
 //! tonic nests the reason several errors deep (`transport error` → hyper → h2 or the TLS
 //! stream → the OS), and its own text says only "transport error". The chain is walked for
 //! the types that say what happened: the OS's `io::ErrorKind`, rustls's certificate and
-//! message errors, h2's protocol reasons. When two ends disagree about TLS, the failure's kind
+//! message errors, h2's protocol reasons, hyper's cancelled requests. When two ends disagree about TLS, the failure's kind
 //! gives a hint of what to set where.
 use std::error::Error;
 use std::io;
@@ -95,6 +95,20 @@ fn said_by(e: &(dyn Error + 'static)) -> Option<Cause> {
         return match tls {
             rustls::Error::InvalidMessage(_) => Some(Cause::NotTls),
             rustls::Error::InvalidCertificate(_) => Some(Cause::UntrustedCertificate),
+            _ => None,
+        };
+    }
+    // A request hyper cancelled is one the connection closed under (or was never ready for)
+    // before it was sent: what a TLS worker spoken to in plain HTTP/2 gives.
+    if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+        return (hyper.is_canceled() || hyper.is_closed() || hyper.is_incomplete_message())
+            .then_some(Cause::Closed);
+    }
+    // tonic turns some of hyper's errors into a bare status (no source): a request hyper
+    // cancelled is one the connection closed under before it was sent.
+    if let Some(status) = e.downcast_ref::<tonic::Status>() {
+        return match (status.code(), status.source()) {
+            (tonic::Code::Cancelled, None) => Some(Cause::Closed),
             _ => None,
         };
     }
@@ -226,6 +240,21 @@ mod tests {
         assert!(text.starts_with("worker http://127.0.0.1:1 is unreachable (connection closed)"));
         // Plain HTTP/2 to a TLS server: the hint says what to change.
         assert!(text.contains("does the worker serve TLS?"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_request_cancelled_by_a_closing_connection_is_a_closed_connection() {
+        // What tonic makes of hyper's "operation was canceled: connection closed": a status
+        // with the code and text only, as a TLS worker spoken to in plain HTTP/2 can give.
+        let status = tonic::Status::cancelled("operation was canceled: connection closed");
+        let err = DataFusionError::External(Box::new(status));
+        let url = Url::parse("http://127.0.0.1:1").unwrap();
+        let text = shown(&unreachable(&url, &err).await);
+        assert!(
+            text.contains("is unreachable (connection closed)"),
+            "{text}"
+        );
+        assert!(text.contains("address it as https://"), "{text}");
     }
 
     #[tokio::test]
