@@ -42,6 +42,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use crate::codec::MergeTaskPartitions;
+use crate::plan_nodes::one_partition;
 
 /// `plan` with its root file sink writing from every task, where that keeps its meaning.
 pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -231,7 +232,7 @@ impl ExecutionPlan for SumCounts {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        crate::plan_nodes::one_partition(partition, "SumCounts")?;
+        one_partition(partition, "SumCounts")?;
         let schema = self.schema();
         let guard = match &self.staging {
             Some(staging) => Some(AbortUnlessCommitted {

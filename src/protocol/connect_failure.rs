@@ -3,8 +3,8 @@
 //! tonic nests the reason several errors deep (`transport error` → hyper → h2 or the TLS
 //! stream → the OS), and its own text says only "transport error". The chain is walked for
 //! the types that say what happened: the OS's `io::ErrorKind`, rustls's certificate and
-//! message errors, h2's protocol reasons, hyper's cancelled requests. When two ends disagree about TLS, the failure's kind
-//! gives a hint of what to set where.
+//! message errors, h2's protocol reasons, hyper's cancelled requests. When two ends disagree
+//! about TLS, the failure's kind gives a hint of what to set where.
 use std::error::Error;
 use std::io;
 
@@ -99,13 +99,12 @@ fn said_by(e: &(dyn Error + 'static)) -> Option<Cause> {
         };
     }
     // A request hyper cancelled is one the connection closed under (or was never ready for)
-    // before it was sent: what a TLS worker spoken to in plain HTTP/2 gives.
+    // before it was sent: what a TLS worker spoken to in plain HTTP/2 gives. tonic passes it
+    // on as a status with this error as its source, or as a bare `Cancelled` status.
     if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
         return (hyper.is_canceled() || hyper.is_closed() || hyper.is_incomplete_message())
             .then_some(Cause::Closed);
     }
-    // tonic turns some of hyper's errors into a bare status (no source): a request hyper
-    // cancelled is one the connection closed under before it was sent.
     if let Some(status) = e.downcast_ref::<tonic::Status>() {
         return match (status.code(), status.source()) {
             (tonic::Code::Cancelled, None) => Some(Cause::Closed),
