@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-Compression = Literal["none", "lz4", "zstd"]
+Compression = Literal["auto", "none", "lz4", "zstd"]
 Fallback = Literal["coordinator", "error"]
 
 #: Our default bytes per file-scan partition. The crate's 16 MiB keeps small tables on one
@@ -34,7 +34,9 @@ class DistributedConfig:
         children_isolator_unions: run each UNION child on its own tasks.
         collect_metrics: send per-task metrics back to the coordinator.
         broadcast_joins: broadcast the build side of small hash joins.
-        compression: compression of data between workers: "none", "lz4" or "zstd".
+        compression: compression of data between workers: "auto" (none when every worker
+            is on this machine — the embedded cluster, loopback addresses — where it costs
+            CPU and saves no network; lz4 otherwise), "none", "lz4" or "zstd".
         shuffle_batch_size: batch size for worker stages; 0 keeps the session's batch size.
         max_tasks_per_stage: upper bound of tasks per stage; 0 means the number of workers.
         partial_reduce: extra partial aggregation before shuffles (not applied to queries
@@ -68,7 +70,7 @@ class DistributedConfig:
         >>> DistributedConfig(compression="gzip")
         Traceback (most recent call last):
         ...
-        ValueError: compression must be one of 'none', 'lz4', 'zstd', got 'gzip'
+        ValueError: compression must be one of 'auto', 'none', 'lz4', 'zstd', got 'gzip'
     """
 
     file_scan_config_bytes_per_partition: int = DEFAULT_BYTES_PER_PARTITION
@@ -76,7 +78,7 @@ class DistributedConfig:
     children_isolator_unions: bool = True
     collect_metrics: bool = True
     broadcast_joins: bool = True
-    compression: Compression = "lz4"
+    compression: Compression = "auto"
     shuffle_batch_size: int = 0
     max_tasks_per_stage: int = 0
     partial_reduce: bool = False
@@ -107,9 +109,10 @@ class DistributedConfig:
                 )
             if expected is int and value < 0:
                 raise ValueError(f"{f.name} must be >= 0, got {value}")
-        if self.compression not in ("none", "lz4", "zstd"):
+        if self.compression not in ("auto", "none", "lz4", "zstd"):
             raise ValueError(
-                f"compression must be one of 'none', 'lz4', 'zstd', got {self.compression!r}"
+                "compression must be one of 'auto', 'none', 'lz4', 'zstd', "
+                f"got {self.compression!r}"
             )
         if self.fallback not in ("coordinator", "error"):
             raise ValueError(f"fallback must be 'coordinator' or 'error', got {self.fallback!r}")

@@ -4,12 +4,19 @@ changed upstream (or by a crate feature) would otherwise go unnoticed."""
 
 from __future__ import annotations
 
-from datafusion_distributed_py import DistributedConfig, _internal
+from conftest import SPLIT_CONFIG
+from datafusion import DataFrame
+
+from datafusion_distributed_py import DistributedConfig, DistributedContext, _internal
+from datafusion_distributed_py.dataframe import source_of
+from datafusion_distributed_py.testing import assert_same_rows, is_distributed
 
 #: Knobs whose default is ours, not the crate's, and why.
 OURS = {
     # Distribution was asked for: a scan of a few MiB already splits into tasks.
     "distributed.file_scan_config_bytes_per_partition": ("1048576", "16777216"),
+    # Made concrete per query: none between workers of one machine, else the crate's lz4.
+    "distributed.compression": ("auto", "lz4"),
 }
 
 
@@ -30,3 +37,33 @@ def test_every_knob_sent_is_the_planners_default_unless_we_say_why():
             assert (value, crate[key]) == OURS[key], key
         else:
             assert _same(value, crate[key]), f"{key}: ours {value}, the planner's {crate[key]}"
+
+
+def _shuffled_bytes(df: DataFrame) -> int:
+    """Bytes the network boundaries of ``df``'s run moved (Arrow IPC, after compression)."""
+    source = source_of(df)
+    assert isinstance(source, _internal.DistributedPlan)
+    return sum(
+        int(v or 0)
+        for name, _, _, metrics in source.operator_metrics()
+        if name.startswith("[Stage")
+        for what, v, *_ in metrics
+        if what == "bytes_transferred"
+    )
+
+
+def test_auto_compression_leaves_shuffles_between_loopback_workers_uncompressed(ctx, cluster):
+    """``compression="auto"`` (the default) sends worker processes of this machine their
+    shuffles as they are; asked for, lz4 still compresses them."""
+    sql = "SELECT l_comment, count(*) AS n FROM lineitem GROUP BY l_comment"
+    moved = {}
+    for compression in ("auto", "lz4", "none"):
+        config = SPLIT_CONFIG.replace(compression=compression)
+        dctx = DistributedContext(ctx, workers=cluster, config=config)
+        df = dctx.sql(sql)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+        assert is_distributed(dctx.explain(df))
+        moved[compression] = _shuffled_bytes(df)
+    # (Batch boundaries vary from run to run, and with them a few bytes.)
+    assert abs(moved["auto"] - moved["none"]) < 0.05 * moved["none"], moved
+    assert moved["auto"] > 1.5 * moved["lz4"] > 0, moved

@@ -23,7 +23,7 @@ use url::Url;
 use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Quarantine};
 use super::live::{watch, Observer, WorkerStatus};
-use super::settings::apply_options;
+use super::settings::{apply_options, settle_compression};
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
@@ -245,7 +245,7 @@ impl ClusterPlanner {
         log: &Arc<TaskLog>,
     ) -> Result<SessionState> {
         let mut cfg = self.base.config().clone();
-        cfg.set_distributed_worker_resolver(FixedResolver(urls));
+        cfg.set_distributed_worker_resolver(FixedResolver(urls.clone()));
         let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
         let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
             Cluster::Embedded(c) => (Arc::new(c.channels.clone()), Transport::Embedded),
@@ -267,6 +267,8 @@ impl ClusterPlanner {
         cfg.set_distributed_desired_task_count_handler(leaves::desired_task_count);
         cfg.set_distributed_scale_up_leaf_node_handler(leaves::scale_up);
         apply_options(&mut cfg, options)?;
+        let embedded = matches!(self.cluster, Cluster::Embedded(_));
+        settle_compression(&mut cfg, &urls, embedded);
         let mut state = self.base.clone();
         *state.config_mut() = cfg;
         Ok(state)

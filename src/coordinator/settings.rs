@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::SessionConfig;
+use datafusion_distributed::DistributedConfig;
+use url::{Host, Url};
 
 /// Applies `options` to `cfg`: `datafusion.*` first so that `distributed.*` keys win any
 /// overlap. A `datafusion.*` entry the config does not know (datafusion-python reports
@@ -28,10 +30,30 @@ pub fn apply_options(cfg: &mut SessionConfig, options: &HashMap<String, String>)
     Ok(())
 }
 
+/// `distributed.compression = "auto"` made concrete for the workers `urls`: no compression
+/// when every one is on this machine (the embedded cluster, loopback addresses), where
+/// compressing shuffles costs CPU and saves no network; lz4 otherwise.
+pub fn settle_compression(cfg: &mut SessionConfig, urls: &[Url], embedded: bool) {
+    let Some(d) = cfg.options_mut().extensions.get_mut::<DistributedConfig>() else {
+        return;
+    };
+    if d.compression == "auto" {
+        let local = embedded || urls.iter().all(is_loopback);
+        d.compression = if local { "none" } else { "lz4" }.to_string();
+    }
+}
+
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use datafusion_distributed::DistributedConfig;
-
     use super::*;
 
     fn config() -> SessionConfig {
@@ -81,5 +103,32 @@ mod tests {
             let err = apply_options(&mut config(), &options(&[(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn auto_compression_is_none_on_this_machine_only() {
+        let settled = |urls: &[&str], embedded: bool| {
+            let mut cfg = config();
+            apply_options(&mut cfg, &options(&[("distributed.compression", "auto")])).unwrap();
+            let urls: Vec<Url> = urls.iter().map(|u| Url::parse(u).unwrap()).collect();
+            settle_compression(&mut cfg, &urls, embedded);
+            let d = cfg.options().extensions.get::<DistributedConfig>().unwrap();
+            d.compression.clone()
+        };
+        let local = [
+            "http://127.0.0.1:50051",
+            "http://localhost:50052",
+            "http://[::1]:1",
+        ];
+        assert_eq!(settled(&local, false), "none");
+        assert_eq!(settled(&["embedded://worker-0"], true), "none");
+        let remote = ["http://127.0.0.1:50051", "http://198.18.0.2:50051"];
+        assert_eq!(settled(&remote, false), "lz4");
+        // A choice of the user's stays as it is.
+        let mut cfg = config();
+        apply_options(&mut cfg, &options(&[("distributed.compression", "zstd")])).unwrap();
+        settle_compression(&mut cfg, &[], true);
+        let d = cfg.options().extensions.get::<DistributedConfig>().unwrap();
+        assert_eq!(d.compression, "zstd");
     }
 }
