@@ -145,6 +145,37 @@ def test_partition_filters_prune_files_in_explain(delta_path, workers):
     assert pruned_df.to_pylist() == [{"n": 1000}]
 
 
+def test_the_logs_statistics_size_joins_and_never_answer_queries(tmp_path, workers):
+    """The log's row counts and column bounds reach the planner: a small dimension table is
+    broadcast to its join, as it is from Parquet footers, instead of both sides shuffled.
+    Its bounds are estimates only: aggregates are computed from the rows (a string's bound
+    the log cut short would otherwise give a wrong max)."""
+    fact, dim = str(tmp_path / "fact"), str(tmp_path / "dim")
+    for i in range(4):
+        write_deltalake(fact, _rows(i * 5000, 5000), partition_by=["p"], mode="append")
+    long = "x" * 40
+    write_deltalake(
+        dim, pa.table({"k": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", long + "z"]})
+    )
+    ctx = SessionContext()
+    dctx = DistributedContext(ctx, workers=workers, config=TINY)
+    dctx.register_delta("fact", fact)
+    dctx.register_delta("dim", dim)
+    reference = SessionContext()
+    reference.register_table("fact", DeltaTable(fact))  # type: ignore[arg-type]
+    reference.register_table("dim", DeltaTable(dim))  # type: ignore[arg-type]
+    join = "SELECT d.name, count(*) AS n FROM fact f JOIN dim d ON f.k % 3 + 1 = d.k GROUP BY d.name"
+    df = dctx.sql(join)
+    assert_same_rows(df.to_arrow_table(), reference.sql(join).to_arrow_table(), ordered=False)
+    plan = str(dctx.explain(df))
+    assert "CollectLeft" in plan and "Broadcast" in plan, plan
+    for sql in (
+        "SELECT max(name) AS m, min(name) AS lo, count(name) AS c FROM dim",
+        "SELECT max(k) AS m, min(v) AS lo, count(v) AS c FROM fact WHERE p = 'b'",
+    ):
+        assert dctx.sql(sql).to_pylist() == reference.sql(sql).to_pylist(), sql
+
+
 def test_schema_evolution_reads_old_files_with_nulls(tmp_path, workers):
     path = str(tmp_path / "evolving")
     write_deltalake(path, _rows(0, 100), partition_by=["p"])

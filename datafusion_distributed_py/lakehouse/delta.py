@@ -24,8 +24,12 @@ _log = logging.getLogger(__name__)
 #: Reader features whose tables the files alone still answer faithfully.
 _READABLE_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 
-#: ``(url, size, rows or None, partition values)`` of one data file, as the Rust core takes it.
-File = tuple[str, int, int | None, list[str | None]]
+#: A column's ``(name, min, max, null count)`` in one file, values as strings.
+ColumnStats = tuple[str, str | None, str | None, int | None]
+
+#: ``(url, size, rows or None, partition values, column statistics)`` of one data file, as the
+#: Rust core takes it.
+File = tuple[str, int, int | None, list[str | None], list[ColumnStats]]
 
 
 def register_delta(
@@ -158,11 +162,37 @@ def _files(dt: DeltaTable, partition_columns: list[str]) -> list[File]:
     values: list[list[Any]] = [
         actions.column(f"partition.{c}").cast(pa.string()).to_pylist() for c in partition_columns
     ]
+    stats = _column_stats(
+        actions, [c for c in dt.schema().to_arrow().names if c not in partition_columns]
+    )
     uri = as_url(dt.table_uri)
     return [
-        (file_url(uri, path), int(size), rows, [column[i] for column in values])
+        (
+            file_url(uri, path),
+            int(size),
+            rows,
+            [column[i] for column in values],
+            [(name, lo[i], hi[i], nulls[i]) for name, lo, hi, nulls in stats],
+        )
         for i, (path, size, rows) in enumerate(zip(paths, sizes, counts, strict=True))
     ]
+
+
+def _column_stats(
+    actions: pa.Table, columns: list[str]
+) -> list[tuple[str, list[str | None], list[str | None], list[int | None]]]:
+    """Each column's per-file bounds and null counts from the log (the planner's estimates of
+    filters and joins), for the columns the log has them for."""
+    out = []
+    for name in columns:
+        try:
+            lo = actions.column(f"min.{name}").cast(pa.string()).to_pylist()
+            hi = actions.column(f"max.{name}").cast(pa.string()).to_pylist()
+            nulls = actions.column(f"null_count.{name}").cast(pa.int64()).to_pylist()
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue  # no statistics for it (nested, or not collected): no estimate
+        out.append((name, lo, hi, nulls))
+    return out
 
 
 def _follower(dt: DeltaTable, partition_columns: list[str]) -> Callable[[], list[File]]:

@@ -149,7 +149,7 @@ def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]
             )
         values = [_as_text(data.partition[positions[c]]) for c in partition_columns]
         size, rows = int(data.file_size_in_bytes), int(data.record_count)
-        out.append((as_url(data.file_path), size, rows, values))
+        out.append((as_url(data.file_path), size, rows, values, []))
     return out
 
 

@@ -19,20 +19,29 @@ use super::errors::to_py_err;
 use crate::object_stores::StoreSpec;
 use crate::runtime;
 use crate::runtime::interpreter;
-use crate::tables::{self, BatchSource, SnapshotFile, SnapshotSource};
+use crate::tables::{self, BatchSource, ColumnStats, SnapshotFile, SnapshotSource};
 
-/// A data file as Python lists it: `(url, size, rows, partition values)`.
-type PyFile = (String, u64, Option<u64>, Vec<Option<String>>);
+/// A data file as Python lists it: `(url, size, rows, partition values, column statistics)`.
+type PyFile = (
+    String,
+    u64,
+    Option<u64>,
+    Vec<Option<String>>,
+    Vec<ColumnStats>,
+);
 
 fn to_files(files: Vec<PyFile>) -> Vec<SnapshotFile> {
     files
         .into_iter()
-        .map(|(url, size, rows, partition_values)| SnapshotFile {
-            url,
-            size,
-            rows,
-            partition_values,
-        })
+        .map(
+            |(url, size, rows, partition_values, columns)| SnapshotFile {
+                url,
+                size,
+                rows,
+                partition_values,
+                columns,
+            },
+        )
         .collect()
 }
 
@@ -62,7 +71,8 @@ pub struct SnapshotTable {
 impl SnapshotTable {
     /// `schema`: the table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in
     /// the table's order; `partitions_in_files`: whether the files hold the partition columns
-    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, rows or None, partition values as strings)`; `source`: a
+    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, rows or None, partition values as strings, [(column, min, max, null count)]
+    /// (strings, as the log records them))`; `source`: a
     /// callable listing the current files at each scan (a table that follows its log), or
     /// None; `stores`: `(url, kind, options)` of the stores the files live on.
     #[new]

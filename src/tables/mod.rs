@@ -15,4 +15,4 @@ mod snapshot;
 pub use codec::SnapshotScanCodec;
 pub use provider::{SnapshotSource, SnapshotTable};
 pub use reader_scan::{BatchSource, ReaderTable};
-pub use snapshot::SnapshotFile;
+pub use snapshot::{ColumnStats, SnapshotFile};

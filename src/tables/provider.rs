@@ -4,7 +4,6 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, Result, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
@@ -73,11 +72,12 @@ impl SnapshotTable {
             .cloned()
             .collect::<Vec<_>>();
         let file_schema = Arc::new(Schema::new(file_fields));
-        let snapshot = Snapshot::new(files, &partition_fields, !partitions_in_files)?;
         let mut scan_fields = file_schema.fields().to_vec();
         if !partitions_in_files {
             scan_fields.extend(partition_fields.iter().cloned());
         }
+        let scan_schema = Schema::new(scan_fields);
+        let snapshot = Snapshot::new(files, &partition_fields, !partitions_in_files, &scan_schema)?;
         Ok(Self {
             name,
             schema,
@@ -85,7 +85,7 @@ impl SnapshotTable {
             partition_columns,
             partition_fields,
             partitions_in_files,
-            scan_schema: Arc::new(Schema::new(scan_fields)),
+            scan_schema: Arc::new(scan_schema),
             snapshot: Mutex::new(Arc::new(snapshot)),
             source,
             stores,
@@ -103,6 +103,7 @@ impl SnapshotTable {
                 &source.files()?,
                 &self.partition_fields,
                 !self.partitions_in_files,
+                &self.scan_schema,
             )?);
             *self.snapshot.lock().expect("poisoned") = Arc::clone(&fresh);
             return Ok(fresh);
@@ -167,15 +168,13 @@ impl TableProvider for SnapshotTable {
         };
         let partition_schema = DFSchema::try_from(Schema::new(self.partition_fields.clone()))?;
         let mut files = Vec::with_capacity(snapshot.files.len());
-        let (mut rows, mut bytes) = (Some(0u64), 0u64);
+        let mut kept = Vec::with_capacity(snapshot.files.len());
         for (i, (file, values)) in snapshot.files.iter().enumerate() {
             let mut probe = file.clone();
             probe.partition_values = values.clone();
             if filter_partitioned_file(probe, &partition_filters, &partition_schema)?.is_some() {
                 files.push(file.clone());
-                let counted = snapshot.rows.as_ref().map(|r| r[i]);
-                rows = rows.zip(counted).map(|(a, b)| a + b);
-                bytes += file.object_meta.size;
+                kept.push(&snapshot.statistics[i]);
             }
         }
         if files.is_empty() {
@@ -219,13 +218,10 @@ impl TableProvider for SnapshotTable {
             .collect::<std::result::Result<_, _>>()?;
         let mut scan_indices = in_scan.clone();
         scan_indices.sort_unstable();
-        // The log's row counts, as a listing table reads them from footers: they size joins'
-        // sides and the distributed planner's tasks (inexact once a filter may drop rows).
-        let statistics = Statistics {
-            num_rows: rows.map_or(Precision::Absent, |r| Precision::Exact(r as usize)),
-            total_byte_size: Precision::Inexact(bytes as usize),
-            column_statistics: Statistics::unknown_column(&scan_schema),
-        };
+        // The log's row counts, as a listing table reads them from footers, and its column
+        // bounds as estimates: they size joins' sides, filters' selectivity and the
+        // distributed planner's tasks.
+        let statistics = Statistics::try_merge_iter(kept, &scan_schema)?;
         let config = FileScanConfigBuilder::new(snapshot.store.clone(), Arc::new(source))
             .with_statistics(statistics)
             .with_file_groups(file_groups.into_iter().map(FileGroup::new).collect())
@@ -298,6 +294,7 @@ mod tests {
                     size: std::fs::metadata(&path).unwrap().len(),
                     rows: Some(3),
                     partition_values: vec![Some(part.to_string())],
+                    columns: vec![],
                 });
             }
         }

@@ -6,9 +6,10 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use datafusion::common::Result;
+use datafusion::common::{Result, Statistics};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 use crate::object_stores::{register_all, StoreSpec};
@@ -78,6 +79,17 @@ impl ExecutionPlan for SnapshotScanExec {
 
     fn properties(&self) -> &Arc<PlanProperties> {
         self.inner.properties()
+    }
+
+    /// The native scan's (the log's row counts and file sizes): without them the planner
+    /// cannot see that a dimension table is small, and shuffles both sides of its joins
+    /// instead of broadcasting it.
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        StatisticsContext::new().compute(self.inner.as_ref(), args)
     }
 
     fn execute(
