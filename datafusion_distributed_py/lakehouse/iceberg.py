@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.lakehouse import registry
-from datafusion_distributed_py.lakehouse.delta import File
+from datafusion_distributed_py.lakehouse.delta import ColumnStats, File
 from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
 from datafusion_distributed_py.lakehouse.stores import as_url, store_for
 
@@ -139,6 +140,7 @@ def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]
     ``partition_columns``."""
     spec = table.spec()
     positions = {table.schema().find_field(f.source_id).name: i for i, f in enumerate(spec.fields)}
+    columns = [f for f in table.schema().fields if f.field_type.is_primitive]
     out: list[File] = []
     for task in tasks:
         data = task.file
@@ -149,8 +151,38 @@ def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]
             )
         values = [_as_text(data.partition[positions[c]]) for c in partition_columns]
         size, rows = int(data.file_size_in_bytes), int(data.record_count)
-        out.append((as_url(data.file_path), size, rows, values, []))
+        stats = [_column_stats(data, field) for field in columns]
+        out.append((as_url(data.file_path), size, rows, values, stats))
     return out
+
+
+def _column_stats(data: Any, field: Any) -> ColumnStats:
+    """A column's bounds (numbers and dates, as text) and null count in one data file, from its
+    manifest entry: the planner's estimates of filters and joins."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+    def bound(raw: bytes | None) -> str | None:
+        if raw is None or not isinstance(
+            field.field_type, (IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType)
+        ):
+            return None
+        value = from_bytes(field.field_type, raw)
+        if isinstance(field.field_type, DateType):  # days since the epoch
+            return (_EPOCH + timedelta(days=int(value))).isoformat()
+        return str(value)
+
+    fid = field.field_id
+    nulls = (data.null_value_counts or {}).get(fid)
+    return (
+        field.name,
+        bound((data.lower_bounds or {}).get(fid)),
+        bound((data.upper_bounds or {}).get(fid)),
+        None if nulls is None else int(nulls),
+    )
+
+
+_EPOCH = date(1970, 1, 1)
 
 
 def _as_text(value: object) -> str | None:
