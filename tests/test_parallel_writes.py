@@ -64,6 +64,25 @@ def sink_stage_tasks(plan: str) -> int:
     return 0
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_write_of_one_task_commits_on_its_worker(data, workers, tmp_path, partitioned):
+    """One task (one worker, or ``max_tasks_per_stage=1``): the whole write, the sum of its
+    counts and the commit included, is one stage that runs on the worker."""
+    ctx = session(data)
+    config = SPLIT.replace(max_tasks_per_stage=1)
+    dctx = DistributedContext(ctx, workers=workers, config=config, progress=False)
+    ours, theirs = tmp_path / "distributed", tmp_path / "single"
+    by = " PARTITIONED BY (g)" if partitioned else ""
+    copy = "COPY ({q}) TO '{p}/' STORED AS PARQUET{by}"
+    single = ctx.sql(copy.format(q=QUERY, p=theirs, by=by)).to_pylist()
+    df = dctx.sql(copy.format(q=QUERY, p=ours, by=by))
+    assert df.to_pylist() == single
+    plan = dctx.explain(df)
+    assert is_distributed(plan) and sink_stage_tasks(plan) == 1, plan
+    assert not [p for p in ours.rglob(".*")]  # committed: the run's dir is gone
+    assert_same_rows(read_back(ours, "parquet"), read_back(theirs, "parquet"), ordered=False)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
 def test_copy_writes_from_every_task(data, workers, tmp_path, fmt):
     ctx = session(data)

@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
-use datafusion::common::{internal_err, Result};
+use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::datasource::file_format::csv::CsvSink;
 use datafusion::datasource::file_format::json::JsonSink;
 use datafusion::datasource::file_format::parquet::ParquetSink;
@@ -42,7 +42,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use crate::codec::MergeTaskPartitions;
-use crate::plan_nodes::one_partition;
+use crate::plan_nodes::{one_partition, only};
 
 /// `plan` with its root file sink writing from every task, where that keeps its meaning.
 pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -184,6 +184,53 @@ fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
         return Some(s.config());
     }
     any.downcast_ref::<JsonSink>().map(|s| s.config())
+}
+
+const TAG: &[u8] = b"dfdpy.sum-counts:";
+
+/// Writes a `SumCounts` and its run's directory. It is meant for the coordinator, but when the
+/// whole write is one task (one worker, `max_tasks_per_stage=1`) the distributed planner sends
+/// all of it, this node included, to that task's worker, which then commits.
+pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
+    let sum = node.downcast_ref::<SumCounts>()?;
+    let staging = sum.staging.as_ref().map(|s| {
+        [
+            s.store.as_str().to_owned(),
+            s.target.as_ref().to_owned(),
+            s.private.as_ref().to_owned(),
+        ]
+    });
+    buf.extend_from_slice(TAG);
+    Some(
+        serde_json::to_writer(&mut *buf, &staging).map_err(|e| DataFusionError::External(e.into())),
+    )
+}
+
+/// The `SumCounts` `buf` stands for, over its decoded input, if `buf` is one.
+pub fn decode(
+    buf: &[u8],
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    let rest = buf.strip_prefix(TAG)?;
+    let decoded = || -> Result<Arc<dyn ExecutionPlan>> {
+        let parts: Option<[String; 3]> =
+            serde_json::from_slice(rest).map_err(|e| DataFusionError::External(e.into()))?;
+        let path =
+            |raw: &str| ObjectPath::parse(raw).map_err(|e| DataFusionError::External(e.into()));
+        let staging = match parts {
+            Some([store, target, private]) => Some(Staging {
+                store: ObjectStoreUrl::parse(store)?,
+                target: path(&target)?,
+                private: path(&private)?,
+            }),
+            None => None,
+        };
+        Ok(Arc::new(SumCounts::new(
+            only(inputs, "SumCounts")?,
+            staging,
+        )))
+    };
+    Some(decoded())
 }
 
 /// The tasks' row counts (one `count` row each) added up into the one row a write returns.
