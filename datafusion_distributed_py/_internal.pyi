@@ -181,8 +181,11 @@ class WorkerServer:
     def stop(self, drain_seconds: float = 5.0) -> None:
         """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""
 
-#: ``(url, size, rows or None, partition values as strings)`` of a lakehouse table's data file.
-_SnapshotFile = tuple[str, int, int | None, Sequence[str | None]]
+#: A column's ``(name, min, max, null count)`` in one data file, values as strings.
+_ColumnStats = tuple[str, str | None, str | None, int | None]
+#: ``(url, size, rows or None, partition values as strings, column statistics)`` of a
+#: lakehouse table's data file.
+_SnapshotFile = tuple[str, int, int | None, Sequence[str | None], Sequence[_ColumnStats]]
 
 @final
 class SnapshotTable:

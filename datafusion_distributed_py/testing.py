@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,6 +22,32 @@ NETWORK_BOUNDARIES = ("NetworkShuffleExec", "NetworkCoalesceExec", "NetworkBroad
 def is_distributed(plan_text: str) -> bool:
     """True when a rendered plan has at least one network boundary between stages."""
     return any(name in plan_text for name in NETWORK_BOUNDARIES)
+
+
+def shuffle_bytes(df: Any) -> int:
+    """Bytes every network boundary of ``df``'s latest run moved (Arrow IPC, after the
+    shuffles' compression); 0 for a frame that has not run or ran single-node.
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> df = DistributedContext(SessionContext()).sql("SELECT 1 AS x")
+        >>> shuffle_bytes(df)
+        0
+    """
+    from datafusion_distributed_py import _internal
+    from datafusion_distributed_py.dataframe import source_of
+
+    source = source_of(df)
+    if not isinstance(source, _internal.DistributedPlan):
+        return 0
+    return sum(
+        int(v or 0)
+        for name, _, _, metrics in source.operator_metrics()
+        if name.startswith("[Stage")
+        for what, v, *_ in metrics
+        if what == "bytes_transferred"
+    )
 
 
 def _normalize(value: object) -> object:

@@ -5,11 +5,9 @@ changed upstream (or by a crate feature) would otherwise go unnoticed."""
 from __future__ import annotations
 
 from conftest import SPLIT_CONFIG
-from datafusion import DataFrame
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, _internal
-from datafusion_distributed_py.dataframe import source_of
-from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from datafusion_distributed_py.testing import assert_same_rows, is_distributed, shuffle_bytes
 
 #: Knobs whose default is ours, not the crate's, and why.
 OURS = {
@@ -39,19 +37,6 @@ def test_every_knob_sent_is_the_planners_default_unless_we_say_why():
             assert _same(value, crate[key]), f"{key}: ours {value}, the planner's {crate[key]}"
 
 
-def _shuffled_bytes(df: DataFrame) -> int:
-    """Bytes the network boundaries of ``df``'s run moved (Arrow IPC, after compression)."""
-    source = source_of(df)
-    assert isinstance(source, _internal.DistributedPlan)
-    return sum(
-        int(v or 0)
-        for name, _, _, metrics in source.operator_metrics()
-        if name.startswith("[Stage")
-        for what, v, *_ in metrics
-        if what == "bytes_transferred"
-    )
-
-
 def test_auto_compression_leaves_shuffles_between_loopback_workers_uncompressed(ctx, cluster):
     """``compression="auto"`` (the default) sends worker processes of this machine their
     shuffles as they are; asked for, lz4 still compresses them."""
@@ -63,7 +48,7 @@ def test_auto_compression_leaves_shuffles_between_loopback_workers_uncompressed(
         df = dctx.sql(sql)
         assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
         assert is_distributed(dctx.explain(df))
-        moved[compression] = _shuffled_bytes(df)
+        moved[compression] = shuffle_bytes(df)
     # (Batch boundaries vary from run to run, and with them a few bytes.)
     assert abs(moved["auto"] - moved["none"]) < 0.05 * moved["none"], moved
     assert moved["auto"] > 1.5 * moved["lz4"] > 0, moved

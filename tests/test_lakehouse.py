@@ -165,8 +165,7 @@ def test_the_logs_statistics_size_joins_and_never_answer_queries(tmp_path, worke
     reference.register_table("fact", DeltaTable(fact))  # type: ignore[arg-type]
     reference.register_table("dim", DeltaTable(dim))  # type: ignore[arg-type]
     join = (
-        "SELECT d.name, count(*) AS n FROM fact f JOIN dim d ON f.k % 3 + 1 = d.k "
-        "GROUP BY d.name"
+        "SELECT d.name, count(*) AS n FROM fact f JOIN dim d ON f.k % 3 + 1 = d.k GROUP BY d.name"
     )
     df = dctx.sql(join)
     assert_same_rows(df.to_arrow_table(), reference.sql(join).to_arrow_table(), ordered=False)

@@ -34,15 +34,13 @@ from datafusion_distributed_py import (
     DistributedContext,
     Security,
     WorkerError,
-    _internal,
     dns_workers,
     ran_on,
 )
 
 # Run as a script on another host: TPC-H comes from the repository's harness.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from datafusion_distributed_py.dataframe import source_of
-from datafusion_distributed_py.testing import assert_same_rows, is_distributed
+from datafusion_distributed_py.testing import assert_same_rows, is_distributed, shuffle_bytes
 from harness import tpch  # noqa: E402
 
 #: Runs for seconds on three workers: a Python UDF that sleeps per batch, then a shuffle.
@@ -133,19 +131,6 @@ def run_dashboard(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         board.close()
     return {"url": board.url, "page": len(page), "status": status}
-
-
-def shuffle_bytes(df: Any) -> int:
-    """Bytes every network boundary of ``df``'s latest run transferred (Arrow IPC)."""
-    source = source_of(df)
-    assert isinstance(source, _internal.DistributedPlan)
-    return sum(
-        int(v or 0)
-        for name, _, _, metrics in source.operator_metrics()
-        if name.startswith("[Stage")
-        for what, v, *_ in metrics
-        if what == "bytes_transferred"
-    )
 
 
 def run_bench(job: dict[str, Any]) -> dict[str, Any]:
