@@ -38,6 +38,7 @@ mod scan_compression;
 mod session;
 mod task_merge;
 mod window_functions;
+mod write_commit;
 
 pub use field_metadata::{mark as mark_for_metadata_repair, restore_field_metadata};
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
@@ -48,3 +49,4 @@ pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,
     window_exprs,
 };
+pub use write_commit::{Staging, SumCounts};

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use datafusion::common::Result;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{field_metadata, scan_compression, task_merge};
-use crate::plan_rewrites::{decode_sum_counts, encode_sum_counts};
+use super::{field_metadata, scan_compression, task_merge, write_commit};
 
 type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
 type Decode = fn(&[u8], &[Arc<dyn ExecutionPlan>]) -> Option<Result<Arc<dyn ExecutionPlan>>>;
@@ -16,7 +15,7 @@ const NODES: [(Encode, Decode); 4] = [
     (scan_compression::encode, scan_compression::decode),
     (field_metadata::encode, field_metadata::decode),
     (task_merge::encode, task_merge::decode),
-    (encode_sum_counts, decode_sum_counts),
+    (write_commit::encode, write_commit::decode),
 ];
 
 /// Writes `node` if it is one of ours.

@@ -17,7 +17,6 @@ mod scan_filters;
 mod window_sorts;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
-pub use parallel_writes::{decode as decode_sum_counts, encode as encode_sum_counts};
 
 /// `plan` as the distributed planner should see it.
 pub fn prepare(

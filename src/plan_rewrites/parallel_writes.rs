@@ -11,38 +11,23 @@
 //! form, and inputs merged in order.
 //!
 //! The commit: tasks write under a directory private to this run, `<target>/.dfdpy-<id>/`
-//! (readers of the target skip subdirectories that are not `key=value` partitions). Once every
-//! task succeeded, the coordinator moves the files into place (a rename on filesystems, a copy
-//! and delete on object stores); if any failed or the run is dropped (Ctrl-C), the run's
-//! directory is removed, and nothing of it is left in the target.
+//! (readers of the target skip subdirectories that are not `key=value` partitions), which
+//! `SumCounts` (`codec::write_commit`) moves into place once every task succeeded, or removes.
 use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
-use datafusion::common::{internal_err, DataFusionError, Result};
+use datafusion::common::Result;
 use datafusion::datasource::file_format::csv::CsvSink;
 use datafusion::datasource::file_format::json::JsonSink;
 use datafusion::datasource::file_format::parquet::ParquetSink;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::datasource::physical_plan::{FileSink, FileSinkConfig};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
-use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-};
-use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path as ObjectPath;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use crate::codec::MergeTaskPartitions;
-use crate::plan_nodes::{one_partition, only};
+use crate::codec::{MergeTaskPartitions, Staging, SumCounts};
 
 /// `plan` with its root file sink writing from every task, where that keeps its meaning.
 pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -78,14 +63,6 @@ pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Exe
     Ok(Arc::new(SumCounts::new(gathered, Some(staging))))
 }
 
-/// Where a run's files wait until every task has written: `<target>/.dfdpy-<id>/`.
-#[derive(Debug, Clone)]
-pub struct Staging {
-    store: ObjectStoreUrl,
-    target: ObjectPath,
-    private: ObjectPath,
-}
-
 /// The same sink writing under a directory of this run's own.
 fn staged(
     sink: &dyn DataSink,
@@ -95,11 +72,11 @@ fn staged(
     let id = uuid::Uuid::new_v4().simple().to_string();
     let base = target.as_str().trim_end_matches('/');
     let private_url = ListingTableUrl::parse(format!("{base}/.dfdpy-{id}/"))?;
-    let staging = Staging {
-        store: config.object_store_url.clone(),
-        target: target.prefix().clone(),
-        private: private_url.prefix().clone(),
-    };
+    let staging = Staging::new(
+        config.object_store_url.clone(),
+        target.prefix().clone(),
+        private_url.prefix().clone(),
+    );
     let mut moved = config.clone();
     moved.table_paths = vec![private_url];
     let any = sink as &dyn Any;
@@ -115,65 +92,6 @@ fn staged(
     Ok(Some((sink, staging)))
 }
 
-impl Staging {
-    /// Moves every file of the run into the target, keeping its path below the run's
-    /// directory (partition directories), then removes the run's directory.
-    async fn commit(&self, store: &Arc<dyn ObjectStore>) -> Result<()> {
-        let files: Vec<ObjectMeta> = store.list(Some(&self.private)).try_collect().await?;
-        for file in files {
-            let Some(below) = file.location.prefix_match(&self.private) else {
-                continue;
-            };
-            let to = below.fold(self.target.clone(), |path, part| path.join(part));
-            store.rename(&file.location, &to).await?;
-        }
-        self.remove_directory();
-        Ok(())
-    }
-
-    /// Deletes what the run wrote (best effort: an abort is reported by its own error).
-    async fn abort(&self, store: &Arc<dyn ObjectStore>) {
-        let files: Vec<ObjectMeta> = match store.list(Some(&self.private)).try_collect().await {
-            Ok(files) => files,
-            Err(e) => return log::warn!("cannot list a failed write's files to remove them: {e}"),
-        };
-        for file in files {
-            if let Err(e) = store.delete(&file.location).await {
-                log::warn!("cannot remove {} of a failed write: {e}", file.location);
-            }
-        }
-        self.remove_directory();
-    }
-
-    /// A filesystem keeps the emptied directories, which an object store does not have.
-    fn remove_directory(&self) {
-        if self.store.as_str().starts_with("file://") {
-            let dir = std::path::Path::new("/").join(self.private.as_ref());
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// Removes a run's files if it is dropped before it committed (Ctrl-C, a failed task).
-struct AbortUnlessCommitted {
-    staging: Staging,
-    store: Arc<dyn ObjectStore>,
-    committed: bool,
-}
-
-impl Drop for AbortUnlessCommitted {
-    fn drop(&mut self) {
-        if self.committed {
-            return;
-        }
-        let (staging, store) = (self.staging.clone(), Arc::clone(&self.store));
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn(async move { staging.abort(&store).await })),
-            Err(_) => crate::runtime::handle().block_on(async move { staging.abort(&store).await }),
-        }
-    }
-}
-
 /// The file sinks whose plans DataFusion 55 serialises (to run on workers).
 fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
     let any = sink as &dyn Any;
@@ -184,134 +102,4 @@ fn file_sink_config(sink: &dyn DataSink) -> Option<&FileSinkConfig> {
         return Some(s.config());
     }
     any.downcast_ref::<JsonSink>().map(|s| s.config())
-}
-
-const TAG: &[u8] = b"dfdpy.sum-counts:";
-
-/// Writes a `SumCounts` and its run's directory. It is meant for the coordinator, but when the
-/// whole write is one task (one worker, `max_tasks_per_stage=1`) the distributed planner sends
-/// all of it, this node included, to that task's worker, which then commits.
-pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
-    let sum = node.downcast_ref::<SumCounts>()?;
-    let staging = sum.staging.as_ref().map(|s| {
-        [
-            s.store.as_str().to_owned(),
-            s.target.as_ref().to_owned(),
-            s.private.as_ref().to_owned(),
-        ]
-    });
-    buf.extend_from_slice(TAG);
-    Some(
-        serde_json::to_writer(&mut *buf, &staging).map_err(|e| DataFusionError::External(e.into())),
-    )
-}
-
-/// The `SumCounts` `buf` stands for, over its decoded input, if `buf` is one.
-pub fn decode(
-    buf: &[u8],
-    inputs: &[Arc<dyn ExecutionPlan>],
-) -> Option<Result<Arc<dyn ExecutionPlan>>> {
-    let rest = buf.strip_prefix(TAG)?;
-    let decoded = || -> Result<Arc<dyn ExecutionPlan>> {
-        let parts: Option<[String; 3]> =
-            serde_json::from_slice(rest).map_err(|e| DataFusionError::External(e.into()))?;
-        let path =
-            |raw: &str| ObjectPath::parse(raw).map_err(|e| DataFusionError::External(e.into()));
-        let staging = match parts {
-            Some([store, target, private]) => Some(Staging {
-                store: ObjectStoreUrl::parse(store)?,
-                target: path(&target)?,
-                private: path(&private)?,
-            }),
-            None => None,
-        };
-        Ok(Arc::new(SumCounts::new(
-            only(inputs, "SumCounts")?,
-            staging,
-        )))
-    };
-    Some(decoded())
-}
-
-/// The tasks' row counts (one `count` row each) added up into the one row a write returns.
-#[derive(Debug)]
-pub struct SumCounts {
-    input: Arc<dyn ExecutionPlan>,
-    properties: Arc<PlanProperties>,
-    /// The run's files to move into place once every task wrote its own.
-    staging: Option<Staging>,
-}
-
-impl SumCounts {
-    fn new(input: Arc<dyn ExecutionPlan>, staging: Option<Staging>) -> Self {
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(input.schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
-        Self {
-            input,
-            properties: Arc::new(properties),
-            staging,
-        }
-    }
-}
-
-impl DisplayAs for SumCounts {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SumCounts: rows written by every task")
-    }
-}
-
-impl ExecutionPlan for SumCounts {
-    crate::plan_nodes::one_input_node!("SumCounts", input, |this, input| Self::new(
-        input,
-        this.staging.clone()
-    ));
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        one_partition(partition, "SumCounts")?;
-        let schema = self.schema();
-        let guard = match &self.staging {
-            Some(staging) => Some(AbortUnlessCommitted {
-                store: ctx.runtime_env().object_store(&staging.store)?,
-                staging: staging.clone(),
-                committed: false,
-            }),
-            None => None,
-        };
-        let counts = self.input.execute(0, ctx)?;
-        let out_schema = Arc::clone(&schema);
-        let total = futures::stream::once(async move {
-            let mut guard = guard;
-            let batches: Vec<RecordBatch> = counts.try_collect().await?;
-            if let Some(guard) = guard.as_mut() {
-                guard.staging.commit(&guard.store).await?;
-                guard.committed = true;
-            }
-            let mut sum = 0u64;
-            for batch in &batches {
-                let Some(column) = batch.column(0).as_any().downcast_ref::<UInt64Array>() else {
-                    return internal_err!("a write's count is not a UInt64 column");
-                };
-                sum += column.iter().flatten().sum::<u64>();
-                debug_assert!(column.len() <= 1);
-            }
-            Ok(RecordBatch::try_new(
-                out_schema,
-                vec![Arc::new(UInt64Array::from(vec![sum]))],
-            )?)
-        })
-        .boxed();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, total)))
-    }
 }
