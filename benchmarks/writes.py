@@ -24,8 +24,8 @@ import pyarrow as pa
 from datafusion import SessionContext
 
 from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
-from datafusion_distributed_py import DistributedContext, LocalCluster, _internal
-from datafusion_distributed_py.dataframe import source_of
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py.testing import shuffle_bytes
 from harness import tpch
 
 SHIPPED = "SELECT * FROM lineitem WHERE l_shipdate >= '1994-01-01'"
@@ -44,19 +44,6 @@ WRITES = {
 def writers(out: Path) -> int:
     names = (p.name for p in out.rglob("*") if p.is_file())
     return len({m.group(1) for n in names if (m := re.match(r"([A-Za-z0-9]{16})", n))})
-
-
-def received(dctx: DistributedContext, df) -> int:
-    source = source_of(df)
-    if not isinstance(source, _internal.DistributedPlan):
-        return 0
-    return sum(
-        v or 0
-        for name, _, stage, metrics in source.operator_metrics()
-        if stage == 0 and name.startswith("[Stage")
-        for metric, v, *_ in metrics
-        if metric == "bytes_transferred"
-    )
 
 
 _TURNS = itertools.count()
@@ -88,7 +75,7 @@ def _writer(mode: str, copy: str, seen: dict, maker, scratch: Path):
 def _received(name: str, dctx: DistributedContext, df) -> str:
     if name.startswith("`df."):  # its COPY is a frame of its own, out of reach here
         return "(counts only)"
-    return f"{received(dctx, df):,} B"
+    return f"{shuffle_bytes(df, into_coordinator=True):,} B"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,10 @@ def is_distributed(plan_text: str) -> bool:
     return any(name in plan_text for name in NETWORK_BOUNDARIES)
 
 
-def shuffle_bytes(df: Any) -> int:
+def shuffle_bytes(df: Any, *, into_coordinator: bool = False) -> int:
     """Bytes every network boundary of ``df``'s latest run moved (Arrow IPC, after the
-    shuffles' compression); 0 for a frame that has not run or ran single-node.
+    shuffles' compression), or with ``into_coordinator`` only those of the coordinator's head
+    stage (what it received); 0 for a frame that has not run or ran single-node.
 
     Example:
         >>> from datafusion import SessionContext
@@ -43,8 +44,8 @@ def shuffle_bytes(df: Any) -> int:
         return 0
     return sum(
         int(v or 0)
-        for name, _, _, metrics in source.operator_metrics()
-        if name.startswith("[Stage")
+        for name, _, stage, metrics in source.operator_metrics()
+        if name.startswith("[Stage") and (stage == 0 or not into_coordinator)
         for what, v, *_ in metrics
         if what == "bytes_transferred"
     )

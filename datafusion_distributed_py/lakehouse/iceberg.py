@@ -140,7 +140,9 @@ def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]
     ``partition_columns``."""
     spec = table.spec()
     positions = {table.schema().find_field(f.source_id).name: i for i, f in enumerate(spec.fields)}
-    columns = [f for f in table.schema().fields if f.field_type.is_primitive]
+    columns = [
+        (f, _bound_reader(f.field_type)) for f in table.schema().fields if f.field_type.is_primitive
+    ]
     out: list[File] = []
     for task in tasks:
         data = task.file
@@ -151,33 +153,34 @@ def _files(table: Table, tasks: list[FileScanTask], partition_columns: list[str]
             )
         values = [_as_text(data.partition[positions[c]]) for c in partition_columns]
         size, rows = int(data.file_size_in_bytes), int(data.record_count)
-        stats = [_column_stats(data, field) for field in columns]
+        stats = [_column_stats(data, field, read) for field, read in columns]
         out.append((as_url(data.file_path), size, rows, values, stats))
     return out
 
 
-def _column_stats(data: Any, field: Any) -> ColumnStats:
-    """A column's bounds (numbers and dates, as text) and null count in one data file, from its
-    manifest entry: the planner's estimates of filters and joins."""
+def _bound_reader(field_type: Any) -> Callable[[bytes], str] | None:
+    """How a manifest's bound of a column of ``field_type`` reads as text, for the types whose
+    bounds the planner estimates with (numbers and dates); None for the others."""
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType
 
-    def bound(raw: bytes | None) -> str | None:
-        if raw is None or not isinstance(
-            field.field_type, (IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType)
-        ):
-            return None
-        value = from_bytes(field.field_type, raw)
-        if isinstance(field.field_type, DateType):  # days since the epoch
-            return (_EPOCH + timedelta(days=int(value))).isoformat()
-        return str(value)
+    if isinstance(field_type, DateType):  # days since the epoch
+        return lambda raw: (_EPOCH + timedelta(days=int(from_bytes(field_type, raw)))).isoformat()
+    if isinstance(field_type, (IntegerType, LongType, FloatType, DoubleType, DecimalType)):
+        return lambda raw: str(from_bytes(field_type, raw))
+    return None
 
+
+def _column_stats(data: Any, field: Any, read: Callable[[bytes], str] | None) -> ColumnStats:
+    """A column's bounds (as ``read`` gives them) and null count in one data file, from its
+    manifest entry: the planner's estimates of filters and joins."""
     fid = field.field_id
     nulls = (data.null_value_counts or {}).get(fid)
+    lower, upper = ((getattr(data, b) or {}).get(fid) for b in ("lower_bounds", "upper_bounds"))
     return (
         field.name,
-        bound((data.lower_bounds or {}).get(fid)),
-        bound((data.upper_bounds or {}).get(fid)),
+        read(lower) if read and lower is not None else None,
+        read(upper) if read and upper is not None else None,
         None if nulls is None else int(nulls),
     )
 

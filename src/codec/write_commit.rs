@@ -86,6 +86,15 @@ struct AbortUnlessCommitted {
     committed: bool,
 }
 
+impl AbortUnlessCommitted {
+    /// Moves the run's files into place; once that succeeded, the drop removes nothing.
+    async fn commit(&mut self) -> Result<()> {
+        self.staging.commit(&self.store).await?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
 impl Drop for AbortUnlessCommitted {
     fn drop(&mut self) {
         if self.committed {
@@ -106,13 +115,8 @@ const TAG: &[u8] = b"dfdpy.sum-counts:";
 /// all of it, this node included, to that task's worker, which then commits.
 pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
     let sum = node.downcast_ref::<SumCounts>()?;
-    let staging = sum.staging.as_ref().map(|s| {
-        [
-            s.store.as_str().to_owned(),
-            s.target.as_ref().to_owned(),
-            s.private.as_ref().to_owned(),
-        ]
-    });
+    let s = &sum.staging;
+    let staging = [s.store.as_str(), s.target.as_ref(), s.private.as_ref()];
     buf.extend_from_slice(TAG);
     Some(
         serde_json::to_writer(&mut *buf, &staging).map_err(|e| DataFusionError::External(e.into())),
@@ -126,18 +130,15 @@ pub fn decode(
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     let rest = buf.strip_prefix(TAG)?;
     let decoded = || -> Result<Arc<dyn ExecutionPlan>> {
-        let parts: Option<[String; 3]> =
+        let [store, target, private]: [String; 3] =
             serde_json::from_slice(rest).map_err(|e| DataFusionError::External(e.into()))?;
         let path =
             |raw: &str| ObjectPath::parse(raw).map_err(|e| DataFusionError::External(e.into()));
-        let staging = match parts {
-            Some([store, target, private]) => Some(Staging {
-                store: ObjectStoreUrl::parse(store)?,
-                target: path(&target)?,
-                private: path(&private)?,
-            }),
-            None => None,
-        };
+        let staging = Staging::new(
+            ObjectStoreUrl::parse(store)?,
+            path(&target)?,
+            path(&private)?,
+        );
         Ok(Arc::new(SumCounts::new(
             only(inputs, "SumCounts")?,
             staging,
@@ -152,11 +153,11 @@ pub struct SumCounts {
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     /// The run's files to move into place once every task wrote its own.
-    staging: Option<Staging>,
+    staging: Staging,
 }
 
 impl SumCounts {
-    pub fn new(input: Arc<dyn ExecutionPlan>, staging: Option<Staging>) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, staging: Staging) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(input.schema()),
             Partitioning::UnknownPartitioning(1),
@@ -194,23 +195,16 @@ impl ExecutionPlan for SumCounts {
     ) -> Result<SendableRecordBatchStream> {
         one_partition(partition, "SumCounts")?;
         let schema = self.schema();
-        let guard = match &self.staging {
-            Some(staging) => Some(AbortUnlessCommitted {
-                store: ctx.runtime_env().object_store(&staging.store)?,
-                staging: staging.clone(),
-                committed: false,
-            }),
-            None => None,
+        let mut guard = AbortUnlessCommitted {
+            store: ctx.runtime_env().object_store(&self.staging.store)?,
+            staging: self.staging.clone(),
+            committed: false,
         };
         let counts = self.input.execute(0, ctx)?;
         let out_schema = Arc::clone(&schema);
         let total = futures::stream::once(async move {
-            let mut guard = guard;
             let batches: Vec<RecordBatch> = counts.try_collect().await?;
-            if let Some(guard) = guard.as_mut() {
-                guard.staging.commit(&guard.store).await?;
-                guard.committed = true;
-            }
+            guard.commit().await?;
             let mut sum = 0u64;
             for batch in &batches {
                 let Some(column) = batch.column(0).as_any().downcast_ref::<UInt64Array>() else {

@@ -60,7 +60,7 @@ pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Exe
         sink.sort_order().clone(),
     ));
     let gathered = Arc::new(CoalescePartitionsExec::new(sinks));
-    Ok(Arc::new(SumCounts::new(gathered, Some(staging))))
+    Ok(Arc::new(SumCounts::new(gathered, staging)))
 }
 
 /// The same sink writing under a directory of this run's own.
