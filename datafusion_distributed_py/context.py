@@ -26,6 +26,8 @@ from datafusion_distributed_py.dataframe import (
     Origin,
     Source,
     distributed_frame,
+    is_ours,
+    pending_frame,
     source_of,
 )
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
@@ -218,6 +220,11 @@ class DistributedContext:
     def sql(self, query: str) -> DataFrame:
         """Plan ``query`` on ``ctx`` and return a DataFrame that runs it distributed.
 
+        SQL errors (an unknown table) are raised here, as by ``ctx.sql``; the distributed plan
+        is made when the frame is first used (run, ``explain``, ``ran_on``), as ``ctx`` plans
+        physically at the run, so that the frames a DataFrame-API chain starts from cost
+        nothing.
+
         Statements (CREATE VIEW, CREATE EXTERNAL TABLE, SET, DROP...) take effect on ``ctx``
         as ``ctx.sql`` would; ``SET distributed.<key> = <value>`` changes this context's
         :class:`DistributedConfig`; ``EXPLAIN [ANALYZE]`` shows the distributed plan.
@@ -237,7 +244,7 @@ class DistributedContext:
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(df.logical_plan().to_variant(), EmptyRelation):
             return df
-        return self._distribute(df, query.strip())
+        return self._lazy(df, query.strip())
 
     def distribute(self, df: DataFrame) -> DataFrame:
         """Return a DataFrame that runs ``df`` (built on ``ctx``) distributed.
@@ -254,7 +261,15 @@ class DistributedContext:
             >>> dctx.distribute(t.aggregate([col("k")], [f.count(col("k"))])).count()
             2
         """
-        return self._distribute(df, _describe(df))
+        return self._lazy(df, _describe(df))
+
+    def _lazy(self, df: DataFrame, sql: str) -> DataFrame:
+        """``df`` as a frame planned distributed when first used (see ``_plans_at_once``)."""
+        if is_ours(df):
+            return df
+        if self._plans_at_once():
+            return self._distribute(df, sql)
+        return pending_frame(df, self, sql)
 
     def _distribute(self, df: DataFrame, sql: str) -> DataFrame:
         """``df`` (single-node, built on ``ctx``) planned distributed; it stays the twin that
@@ -342,7 +357,7 @@ class DistributedContext:
     def _made(self, maker: str, /, *args: Any, **kwargs: Any) -> DataFrame:
         df = getattr(self._ctx, maker)(*args, **kwargs)
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
-        return self._distribute(df, f"{maker}({first})")
+        return self._lazy(df, f"{maker}({first})")
 
     def _copy(self, copy: Copy, path: str, stored_as: str) -> None:
         """Writes ``copy.frame``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each
@@ -362,9 +377,10 @@ class DistributedContext:
         finally:
             self._ctx.deregister_table(view)
 
-    def _plans_steps_at_once(self) -> bool:
-        """DataFrame-API steps are planned when their frame is first used (a chain plans
-        once); with ``fallback="error"`` at once, so that a refusal is raised at the step."""
+    def _plans_at_once(self) -> bool:
+        """Frames are planned when first used (a chain of steps plans once, its parents
+        never); with ``fallback="error"`` at once, so that a refusal is raised where the query
+        or step is written."""
         return self._config.fallback == "error"
 
     def explain(

@@ -184,7 +184,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
                 feed.current = None
         if record is not None:
             MONITOR.end(record, _rows(out), None)
-        if isinstance(out, DataFrame) and not _is_ours(out):
+        if isinstance(out, DataFrame) and not is_ours(out):
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
             return origin.owner._distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
@@ -215,7 +215,7 @@ def _derive(df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **
     if not isinstance(out, DataFrame):  # expressions (``col``), plans, views
         return out
     derived = _pending_frame(_Pending(out, owner, f"{sql} \u2192 {name}()"))
-    if owner._plans_steps_at_once():  # strict: a refusal is raised where the step is written
+    if owner._plans_at_once():  # strict: a refusal is raised where the step is written
         origin_of(derived)
     return derived
 
@@ -228,7 +228,8 @@ _COUNT_ROWS = f.count().alias("count(*)")
 def _count(df: DataFrame) -> int:
     """Rows of the frame, planned as single-node plans ``count()`` (from statistics where
     they answer, else partial counts on the workers): one row reaches the coordinator."""
-    if "_dfdpy_pending" not in df.__dict__:
+    pending = df.__dict__.get("_dfdpy_pending")
+    if pending is None or pending.root:  # a root frame knows its rows once planned
         origin = origin_of(df)
         source = origin.source if origin is not None else None
         if isinstance(source, _internal.DistributedPlan) and origin is not None and origin.root:
@@ -483,7 +484,7 @@ class Distributor(Protocol):
 
     def _distribute(self, df: DataFrame, sql: str) -> DataFrame: ...
 
-    def _plans_steps_at_once(self) -> bool: ...
+    def _plans_at_once(self) -> bool: ...
 
     def _copy(self, copy: write_options.Copy, path: str, stored_as: str) -> None: ...
 
@@ -533,6 +534,14 @@ class _Pending:
     twin: DataFrame
     owner: Distributor
     sql: str
+    #: made by the context (``dctx.sql``...), not by a step: it reads its plan directly once
+    #: planned.
+    root: bool = False
+
+
+def pending_frame(df: DataFrame, owner: Distributor, sql: str) -> DataFrame:
+    """``df`` (single-node, its twin) as a frame planned distributed when first used."""
+    return _pending_frame(_Pending(df, owner, sql, root=True))
 
 
 _PLANNING = threading.RLock()
@@ -587,12 +596,13 @@ def origin_of(df: object) -> Origin | None:
 
 def twin_of(value: Any) -> Any:
     """The single-node twin of a frame this package returned; anything else as it is."""
-    if isinstance(value, DataFrame) and _is_ours(value):
+    if isinstance(value, DataFrame) and is_ours(value):
         return _lineage_of(value)[0]
     return value
 
 
-def _is_ours(df: DataFrame) -> bool:
+def is_ours(df: DataFrame) -> bool:
+    """Whether this package returned ``df`` (planned or not yet)."""
     return "_dfdpy_pending" in df.__dict__ or "_dfdpy_origin" in df.__dict__
 
 
@@ -606,7 +616,7 @@ _plain_getitem = DataFrame.__getitem__
 
 
 def _getitem(self: DataFrame, key: str | list[str]) -> DataFrame:
-    if not _is_ours(self):
+    if not is_ours(self):
         return _plain_getitem(self, key)
     return self.select(*([key] if isinstance(key, str) else key))
 
@@ -621,7 +631,7 @@ def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
-        ours = [a for a in (*args, *kwargs.values()) if isinstance(a, DataFrame) and _is_ours(a)]
+        ours = [a for a in (*args, *kwargs.values()) if isinstance(a, DataFrame) and is_ours(a)]
         if not ours:
             return method(df, *args, **kwargs)
         _, owner, sql = _lineage_of(ours[0])

@@ -412,3 +412,35 @@ def test_plans_and_explain_are_the_querys_own(ctx, dctx, capsys):
     distributed.explain()
     assert capsys.readouterr().out == expected
     assert ran_on(distributed) == "workers"
+
+
+def test_a_frame_plans_when_first_used_and_its_parents_never(ctx, dctx, monkeypatch):
+    """As ``ctx`` plans physically at the run: ``dctx.sql`` and each step only build the
+    frame; the composed query is planned once, when it first runs, and the frames it came
+    from are not planned at all."""
+    plans: list[int] = []
+    core = dctx._coordinator
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(core, name)
+
+        def distribute(self, *args: object, **kwargs: object) -> object:
+            plans.append(1)
+            return core.distribute(*args, **kwargs)
+
+    monkeypatch.setattr(dctx, "_coordinator", Counting())
+    base = lineitem(dctx)
+    step = base.filter(col("l_quantity") > lit(45)).aggregate(
+        [col("l_returnflag")], [f.count(lit(1)).alias("n")]
+    )
+    assert plans == []
+    got = step.to_arrow_table()
+    assert len(plans) == 1
+    single = lineitem(ctx).filter(col("l_quantity") > lit(45))
+    expected = single.aggregate([col("l_returnflag")], [f.count(lit(1)).alias("n")])
+    assert_same_rows(got, expected.to_arrow_table(), ordered=False)
+    assert "AggregateExec" in inside_stages(dctx.explain(step))
+    assert len(plans) == 1  # explain shows the plan that ran
+    step.to_arrow_table()
+    assert len(plans) == 1  # a second run plans again inside the core, from the same request

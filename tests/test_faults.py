@@ -28,6 +28,7 @@ from datafusion_distributed_py import (
     LocalCluster,
     ProgressEvent,
     WorkerError,
+    ran_on,
 )
 from harness import tpch
 from harness.differential import compare
@@ -168,7 +169,9 @@ def one_worker_to_freeze(tmp_path: Path, sql: str, max_retries: int) -> Iterator
         # One task per file: both workers scan.
         config = DistributedConfig(file_scan_config_bytes_per_partition=1, max_retries=max_retries)
         dctx = DistributedContext(ctx, workers=cluster, config=config)
-        run = FrozenRun(ctx, dctx, dctx.sql(sql), cluster.processes[1].pid, cluster.urls[1])
+        df = dctx.sql(sql)
+        assert ran_on(df) == "workers"  # planned now (a frame plans when first used)
+        run = FrozenRun(ctx, dctx, df, cluster.processes[1].pid, cluster.urls[1])
         try:
             yield run
         finally:

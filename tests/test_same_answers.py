@@ -95,8 +95,8 @@ def test_lost_window_modifier_runs_single_node_with_a_warning(both, caplog):
     ctx, dctx = both
     with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
         df = dctx.sql(WINDOW_MODIFIERS[0])
+        assert ran_on(df) == "coordinator"
     assert "IGNORE NULLS" in caplog.text and "coordinator" in caplog.text
-    assert ran_on(df) == "coordinator"
     assert df.to_arrow_table() == ctx.sql(WINDOW_MODIFIERS[0]).to_arrow_table()
     assert "Runs on the coordinator" in dctx.explain(df)
     assert [m["ran_on"] for m in dctx.metrics(df)] == ["coordinator"]
@@ -246,8 +246,10 @@ def test_scalar_subquery_of_more_than_one_row_fails_as_single_node(both, caplog)
     with pytest.raises(Exception, match="more than one row") as single:
         ctx.sql(sql).collect()
     with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
-        df = dctx.sql(sql)  # the error is the query's, given when it runs
+        df = dctx.sql(sql)
+        assert ran_on(df) == "coordinator"  # planning ran the subquery first
     assert "scalar subquery fails" in caplog.text
+    # The error is the query's, given when it runs.
     with pytest.raises(Exception) as distributed:
         df.collect()
     assert str(distributed.value) == str(single.value)
