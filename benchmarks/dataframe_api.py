@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# DataFrame API on distributed frames, TPC-H SF{args.sf:g} "
         f"({args.parts} files per table)",
         "",
-        f"Machine: {machine()}. Best of {args.repeat} turns, modes taking turns.",
+        f"Machine: {machine()}. Best of {args.repeat} turns (up to 40 for short idioms, "
+        "within 3 s), modes taking turns.",
         "`df`: the idiom with frames made by `dctx`; `sql`: the same query as one "
         "`dctx.sql()`; `recv`: bytes the coordinator received from workers for `df` "
         "(what the head stage's network boundaries transferred, Arrow IPC) and the result's "
@@ -227,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
                     "df": lambda _, i=idiom, d=dctx: _result(i.frame(d), i),
                     "sql": lambda _, i=idiom, d=dctx: _sql_result(d, i),
                 }
-                best, results = best_times(runners, "", args.repeat, budget=3.0)
+                # Millisecond idioms get up to 40 turns: their best is then the machine's, not a
+                # moment's.
+                best, results = best_times(runners, "", args.repeat, budget=3.0, most=40)
                 equal = all(_same(results[m], results["single"], idiom) for m in ("df", "sql"))
                 frame = idiom.frame(dctx)
                 assert is_distributed(dctx.explain(frame)), idiom.name
