@@ -17,6 +17,12 @@
 //! * [`runtime`]: the one tokio runtime, and whether its threads may still enter Python.
 use pyo3::prelude::*;
 
+/// jemalloc rather than glibc's malloc: writes (many threads allocating and freeing pages and
+/// dictionaries) took 3-10% longer with glibc's (benchmarks/writes.py, side by side), queries
+/// the same (TPC-H SF1). Its TLS model is the one a library loaded by `dlopen` may use.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod checks;
 mod codec;
 mod coordinator;
