@@ -528,8 +528,9 @@ def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A frame derived by a DataFrame-API step, not planned yet: chained steps
-    (``df.filter(...).select(...).aggregate(...)``) plan only the frame that runs."""
+    """A frame not planned yet — made by ``dctx.sql()`` and the frame makers, or derived by a
+    DataFrame-API step: chained steps (``dctx.sql(q).filter(...).aggregate(...)``) plan only
+    the frame that runs, never the frames it came from."""
 
     twin: DataFrame
     owner: Distributor
