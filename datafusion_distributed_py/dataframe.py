@@ -229,7 +229,9 @@ def _count(df: DataFrame) -> int:
     """Rows of the frame, planned as single-node plans ``count()`` (from statistics where
     they answer, else partial counts on the workers): one row reaches the coordinator."""
     pending = df.__dict__.get("_dfdpy_pending")
-    if pending is None or pending.root:  # a root frame knows its rows once planned
+    if pending is None or (pending.root and _reads_whole_tables(pending.twin)):
+        # Its own plan may know the rows (a table read whole: its files' footers), answering
+        # without a run; anything else is counted by its count query, planned instead.
         origin = origin_of(df)
         source = origin.source if origin is not None else None
         if isinstance(source, _internal.DistributedPlan) and origin is not None and origin.root:
@@ -245,6 +247,25 @@ def _count(df: DataFrame) -> int:
     counted = _derive(df, "count", DataFrame.aggregate, [], [_COUNT_ROWS])
     (row,) = _ON_FRAME["to_pylist"](counted)
     return int(row["count(*)"])
+
+
+#: Logical nodes that keep every row of a table's scan.
+_ROW_KEEPING = frozenset({"Projection", "SubqueryAlias"})
+
+
+def _reads_whole_tables(df: DataFrame) -> bool:
+    """Whether ``df``'s query is a table scan (projected, aliased) without filter or limit:
+    the one kind whose row count statistics can know exactly."""
+    plan = df.logical_plan()
+    while True:
+        node = plan.to_variant()
+        kind = type(node).__name__
+        if kind == "TableScan":
+            return not node.filters() and node.fetch() is None
+        inputs = plan.inputs()
+        if kind not in _ROW_KEEPING or len(inputs) != 1:
+            return False
+        (plan,) = inputs
 
 
 def _show(df: DataFrame, num: int = 20) -> None:

@@ -414,11 +414,10 @@ def test_plans_and_explain_are_the_querys_own(ctx, dctx, capsys):
     assert ran_on(distributed) == "workers"
 
 
-def test_a_frame_plans_when_first_used_and_its_parents_never(ctx, dctx, monkeypatch):
-    """As ``ctx`` plans physically at the run: ``dctx.sql`` and each step only build the
-    frame; the composed query is planned once, when it first runs, and the frames it came
-    from are not planned at all."""
-    plans: list[int] = []
+@pytest.fixture
+def plans(dctx: DistributedContext, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Grows by one each time ``dctx`` plans a query distributed (its core's ``distribute``)."""
+    made: list[int] = []
     core = dctx._coordinator
 
     class Counting:
@@ -426,10 +425,17 @@ def test_a_frame_plans_when_first_used_and_its_parents_never(ctx, dctx, monkeypa
             return getattr(core, name)
 
         def distribute(self, *args: object, **kwargs: object) -> object:
-            plans.append(1)
+            made.append(1)
             return core.distribute(*args, **kwargs)
 
     monkeypatch.setattr(dctx, "_coordinator", Counting())
+    return made
+
+
+def test_a_frame_plans_when_first_used_and_its_parents_never(ctx, dctx, plans):
+    """As ``ctx`` plans physically at the run: ``dctx.sql`` and each step only build the
+    frame; the composed query is planned once, when it first runs, and the frames it came
+    from are not planned at all."""
     base = lineitem(dctx)
     step = base.filter(col("l_quantity") > lit(45)).aggregate(
         [col("l_returnflag")], [f.count(lit(1)).alias("n")]
@@ -444,3 +450,14 @@ def test_a_frame_plans_when_first_used_and_its_parents_never(ctx, dctx, monkeypa
     assert len(plans) == 1  # explain shows the plan that ran
     step.to_arrow_table()
     assert len(plans) == 1  # a second run plans again inside the core, from the same request
+
+
+def test_count_of_a_returned_frame_plans_once(ctx, dctx, plans):
+    """A table read whole answers from its plan's statistics; a filtered query is counted
+    by its count query alone (the frame itself is not planned for it)."""
+    whole = "SELECT * FROM lineitem"
+    assert dctx.sql(whole).count() == ctx.sql(whole).count()
+    assert len(plans) == 1
+    filtered = "SELECT * FROM lineitem WHERE l_quantity > 45"
+    assert dctx.sql(filtered).count() == ctx.sql(filtered).count()
+    assert len(plans) == 2
