@@ -407,7 +407,14 @@ def _rows(out: Any) -> int | None:
 
 def _read(stream: object) -> list[pa.RecordBatch]:
     """The batches of an ``arrow_array_stream`` capsule."""
-    return list(pa.RecordBatchReader._import_from_c_capsule(stream))
+    reader = pa.RecordBatchReader._import_from_c_capsule(stream)
+    try:
+        return list(reader)
+    except BaseException:
+        # Released now (the run stops, a write aborts), not when the traceback holding this
+        # frame is freed: the caller may keep the exception (Ctrl-C) for long.
+        reader.close()
+        raise
 
 
 def _batches(df: DataFrame, plan: _internal.DistributedPlan) -> list[pa.RecordBatch]:

@@ -56,18 +56,40 @@ impl Staging {
         Ok(())
     }
 
-    /// Deletes what the run wrote (best effort: an abort is reported by its own error).
-    async fn abort(&self, store: &Arc<dyn ObjectStore>) {
+    /// Deletes what the run wrote (best effort: an abort is reported by its own error); the
+    /// number of files it found.
+    async fn abort(&self, store: &Arc<dyn ObjectStore>) -> usize {
         let files: Vec<ObjectMeta> = match store.list(Some(&self.private)).try_collect().await {
             Ok(files) => files,
-            Err(e) => return log::warn!("cannot list a failed write's files to remove them: {e}"),
+            Err(e) => {
+                log::warn!("cannot list a failed write's files to remove them: {e}");
+                return 0;
+            }
         };
-        for file in files {
+        for file in &files {
             if let Err(e) = store.delete(&file.location).await {
                 log::warn!("cannot remove {} of a failed write: {e}", file.location);
             }
         }
         self.remove_directory();
+        files.len()
+    }
+
+    /// Deletes again what tasks cancelled mid-file still finish after the first `abort` (a
+    /// file completes when its writer flushes), until two sweeps in a row find nothing.
+    async fn abort_stragglers(self, store: Arc<dyn ObjectStore>) {
+        let mut quiet = 0;
+        for _ in 0..STRAGGLER_SWEEPS {
+            tokio::time::sleep(STRAGGLER_PAUSE).await;
+            quiet = if self.abort(&store).await == 0 {
+                quiet + 1
+            } else {
+                0
+            };
+            if quiet == 2 {
+                return;
+            }
+        }
     }
 
     /// A filesystem keeps the emptied directories, which an object store does not have.
@@ -102,11 +124,22 @@ impl Drop for AbortUnlessCommitted {
         }
         let (staging, store) = (self.staging.clone(), Arc::clone(&self.store));
         match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn(async move { staging.abort(&store).await })),
-            Err(_) => crate::runtime::handle().block_on(async move { staging.abort(&store).await }),
+            Ok(handle) => drop(handle.spawn(async move {
+                staging.abort(&store).await;
+                staging.abort_stragglers(store).await;
+            })),
+            // Outside a runtime (a stream dropped by Python): the first sweep before returning.
+            Err(_) => {
+                crate::runtime::handle().block_on(staging.abort(&store));
+                drop(crate::runtime::handle().spawn(staging.abort_stragglers(store)));
+            }
         }
     }
 }
+
+/// How often, and how many times at most, an aborted run's directory is swept again.
+const STRAGGLER_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+const STRAGGLER_SWEEPS: usize = 40;
 
 const TAG: &[u8] = b"dfdpy.sum-counts:";
 
