@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import pyarrow as pa
 from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
-from benchmarks.tpch import RESULTS, data_arguments, machine
+from benchmarks.tpch import RESULTS, data_arguments, machine, turn_times
 from datafusion_distributed_py import DistributedContext, LocalCluster, _internal
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed
@@ -205,20 +204,7 @@ def typical_times(
     ``sql`` of ``limit(5)`` on LocalCluster(2), 150 turns: best 10.3 vs 9.7 ms, median 14.5
     vs 14.8 ms). The order rotates: in a fixed order the mode run after single-node's turn
     measured 5-9% slower at the median on short idioms (``df``, whose plans are the same)."""
-    times: dict[str, list[float]] = {mode: [] for mode in runners}
-    results: dict[str, pa.Table] = {}
-    spent, turns = 0.0, 0
-    modes = list(runners)
-    while turns < repeat or (spent < budget and turns < most):
-        # Each turn starts with another mode (see above).
-        k = turns % len(modes)
-        for mode in modes[k:] + modes[:k]:
-            start = time.perf_counter()
-            results[mode] = runners[mode]("")
-            took = time.perf_counter() - start
-            times[mode].append(took)
-            spent += took
-        turns += 1
+    times, results = turn_times(runners, "", repeat, budget, most, rotate=True)
     return {mode: statistics.median(ts) for mode, ts in times.items()}, results
 
 

@@ -49,20 +49,38 @@ def best_time(run: Runner, sql: str, repeat: int) -> tuple[float, pa.Table]:
 def best_times(
     runners: dict[str, Runner], sql: str, repeat: int, budget: float, most: int = 10
 ) -> tuple[dict[str, float], dict[str, pa.Table]]:
-    """Each mode's best time for ``sql`` and its result. The modes take turns (single,
-    embedded, local2, single, ...) so a slow spell of a busy machine hits them alike; a short
-    query gets more turns, up to ``most``, until ``budget`` seconds were spent on it."""
-    best = dict.fromkeys(runners, float("inf"))
+    """Each mode's best time for ``sql`` and its result (see ``turn_times``)."""
+    times, results = turn_times(runners, sql, repeat, budget, most)
+    return {mode: min(ts) for mode, ts in times.items()}, results
+
+
+def turn_times(
+    runners: dict[str, Runner],
+    sql: str,
+    repeat: int,
+    budget: float,
+    most: int = 10,
+    rotate: bool = False,
+) -> tuple[dict[str, list[float]], dict[str, pa.Table]]:
+    """Each mode's time for ``sql`` in every turn, and its result. The modes take turns
+    (single, embedded, local2, single, ...) so a slow spell of a busy machine hits them alike;
+    a short query gets more turns, up to ``most``, until ``budget`` seconds were spent on it.
+    ``rotate``: each turn starts with the next mode, so that none always runs after the same
+    one."""
+    times: dict[str, list[float]] = {mode: [] for mode in runners}
     results: dict[str, pa.Table] = {}
+    modes = list(runners)
     spent, turns = 0.0, 0
     while turns < repeat or (spent < budget and turns < most):
-        for mode, run in runners.items():
+        k = turns % len(modes) if rotate else 0
+        for mode in modes[k:] + modes[:k]:
             start = time.perf_counter()
-            results[mode] = run(sql)
+            results[mode] = runners[mode](sql)
             took = time.perf_counter() - start
-            best[mode], spent = min(best[mode], took), spent + took
+            times[mode].append(took)
+            spent += took
         turns += 1
-    return best, results
+    return times, results
 
 
 def data_arguments(parser: argparse.ArgumentParser, repeat: int) -> argparse.ArgumentParser:

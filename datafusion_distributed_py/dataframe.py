@@ -35,6 +35,7 @@ import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, RecordBatch
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
+from datafusion.expr import Projection, SubqueryAlias, TableScan
 from datafusion.record_batch import RecordBatchStream
 
 from datafusion_distributed_py import _internal, plan_metrics, write_options
@@ -229,7 +230,7 @@ def _count(df: DataFrame) -> int:
     """Rows of the frame, planned as single-node plans ``count()`` (from statistics where
     they answer, else partial counts on the workers): one row reaches the coordinator."""
     pending = df.__dict__.get("_dfdpy_pending")
-    if pending is None or (pending.root and _reads_whole_tables(pending.twin)):
+    if pending is None or (pending.root and _reads_a_whole_table(pending.twin)):
         # Its own plan may know the rows (a table read whole: its files' footers), answering
         # without a run; anything else is counted by its count query, planned instead.
         origin = origin_of(df)
@@ -249,23 +250,13 @@ def _count(df: DataFrame) -> int:
     return int(row["count(*)"])
 
 
-#: Logical nodes that keep every row of a table's scan.
-_ROW_KEEPING = frozenset({"Projection", "SubqueryAlias"})
-
-
-def _reads_whole_tables(df: DataFrame) -> bool:
-    """Whether ``df``'s query is a table scan (projected, aliased) without filter or limit:
-    the one kind whose row count statistics can know exactly."""
+def _reads_a_whole_table(df: DataFrame) -> bool:
+    """Whether ``df``'s query is one table's scan (projected, aliased) without filter or
+    limit: the one kind whose row count statistics can know exactly."""
     plan = df.logical_plan()
-    while True:
-        node = plan.to_variant()
-        kind = type(node).__name__
-        if kind == "TableScan":
-            return not node.filters() and node.fetch() is None
-        inputs = plan.inputs()
-        if kind not in _ROW_KEEPING or len(inputs) != 1:
-            return False
-        (plan,) = inputs
+    while isinstance(node := plan.to_variant(), (Projection, SubqueryAlias)):
+        (plan,) = plan.inputs()
+    return isinstance(node, TableScan) and not node.filters() and node.fetch() is None
 
 
 def _show(df: DataFrame, num: int = 20) -> None:

@@ -71,10 +71,11 @@ pub struct SnapshotTable {
 impl SnapshotTable {
     /// `schema`: the table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in
     /// the table's order; `partitions_in_files`: whether the files hold the partition columns
-    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url, size, rows or None, partition values as strings, [(column, min, max, null count)]
-    /// (strings, as the log records them))`; `source`: a
-    /// callable listing the current files at each scan (a table that follows its log), or
-    /// None; `stores`: `(url, kind, options)` of the stores the files live on.
+    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url,
+    /// size, rows or None, partition values as strings, [(column, min, max, null count)])`,
+    /// bounds as strings, as the log records them; `source`: a callable listing the current
+    /// files at each scan (a table that follows its log), or None; `stores`: `(url, kind,
+    /// options)` of the stores the files live on.
     #[new]
     #[pyo3(signature = (name, schema, partition_columns, partitions_in_files, files, source, stores))]
     fn new(
