@@ -1,5 +1,11 @@
 """Helpers to check distributed results against single-node DataFusion.
 
+A comparison proves two things: the rows equal single-node's, **and** the query ran where
+it claims to. A test that compares ``dctx.sql(q)`` with ``ctx.sql(q)`` alone passes when both
+ran single-node (the default ``fallback="coordinator"`` turns an undistributable query into a
+single-node run), so :func:`assert_distributed_equal` checks where it ran too, and
+:func:`assert_ran_on_workers` says the same of a frame compared some other way.
+
 Example:
     >>> import pyarrow as pa
     >>> assert_same_rows(pa.table({"a": [2, 1]}), pa.table({"a": [1, 2]}), ordered=False)
@@ -10,10 +16,22 @@ Example:
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from datafusion import DataFrame, SessionContext
+
+    from datafusion_distributed_py.context import DistributedContext
+
+#: A query as :func:`assert_distributed_equal` takes it: SQL text, or a function that builds
+#: the frame from a context (called with ``ctx``, then with the ``DistributedContext``, whose
+#: frame makers mirror ``SessionContext``'s).
+Query = str | Callable[[Any], "DataFrame"]
 
 NUMBERS = (float, Decimal)
 NETWORK_BOUNDARIES = ("NetworkShuffleExec", "NetworkCoalesceExec", "NetworkBroadcastExec")
@@ -58,8 +76,10 @@ def _normalize(value: object) -> object:
 
 
 def rows(table: pa.Table) -> list[tuple[object, ...]]:
-    """The table's rows as tuples, floats rounded to 6 decimals."""
-    return [tuple(_normalize(v) for v in row.values()) for row in table.to_pylist()]
+    """The table's rows as tuples (by column position: a result may name two columns alike),
+    floats rounded to 6 decimals."""
+    columns = [c.to_pylist() for c in table.columns]
+    return [tuple(_normalize(c[i]) for c in columns) for i in range(table.num_rows)]
 
 
 def assert_same_rows(
@@ -84,3 +104,115 @@ def assert_same_rows(
                 assert math.isclose(gv, ev, rel_tol=1e-9, abs_tol=1e-6), (g, e)
             else:
                 assert gv == ev, (g, e)
+
+
+def assert_ran_on_workers(df: DataFrame, dctx: DistributedContext, *, stages: bool = True) -> None:
+    """Assert that ``df`` (returned by ``dctx``) is planned to run on the workers: not fallen
+    back to the coordinator and, with ``stages``, with a network boundary between stages in
+    its distributed plan (a plan of one stage runs on one worker; pass ``stages=False`` for a
+    query that small).
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> ctx = SessionContext()
+        >>> _ = ctx.from_pydict({"k": [1, 2, 2]}, name="t")
+        >>> dctx = DistributedContext(ctx, progress=False)
+        >>> assert_ran_on_workers(dctx.sql("SELECT k, count(*) FROM t GROUP BY k"), dctx)
+    """
+    from datafusion_distributed_py.dataframe import ran_on
+
+    where = ran_on(df)
+    if where != "workers":
+        plan = dctx.explain(df) if where == "coordinator" else ""
+        raise AssertionError(f"the query ran on the {where}, not on the workers\n{plan}")
+    if stages:
+        plan = dctx.explain(df)
+        assert is_distributed(plan), f"no network boundary in the distributed plan:\n{plan}"
+
+
+def assert_ran_on_coordinator(df: DataFrame, because: str) -> None:
+    """Assert that ``df`` fell back to single-node on the coordinator for the reason whose
+    text matches the regular expression ``because`` (the fallback's warning names it).
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> ctx = SessionContext()
+        >>> _ = ctx.from_pydict({"id": [1]}, name="a")
+        >>> dctx = DistributedContext(ctx, progress=False)
+        >>> df = dctx.sql("SELECT * FROM a x JOIN a y ON x.id = y.id")
+        >>> assert_ran_on_coordinator(df, because="more than one column named 'id'")
+    """
+    from datafusion_distributed_py.dataframe import Fallback, source_of
+
+    source = source_of(df)
+    if not isinstance(source, Fallback):
+        raise AssertionError(f"expected a fallback ({because}); it ran on the workers")
+    if not re.search(because, source.reason):
+        raise AssertionError(f"fell back for another reason: {source.reason!r} !~ {because!r}")
+
+
+def assert_distributed_equal(
+    ctx: SessionContext,
+    dctx: DistributedContext,
+    query: Query,
+    *,
+    ordered: bool | None = None,
+    tolerance: float | None = None,
+    expect_fallback: str | None = None,
+    stages: bool = True,
+) -> pa.Table:
+    """Run ``query`` single-node on ``ctx`` and distributed on ``dctx``; assert the same
+    column names and rows **and** that it ran on the workers (see
+    :func:`assert_ran_on_workers`). Returns the distributed result.
+
+    Args:
+        ctx: the single-node session (``dctx.ctx``, or a twin holding the same data).
+        dctx: the distributed context.
+        query: SQL text, or a function building the frame from a context.
+        ordered: compare rows in order; by default when the query sorts its result (its plan
+            ends in a sort, under projections and limits).
+        tolerance: relative and absolute tolerance for numbers (see :func:`assert_same_rows`).
+        expect_fallback: for a query meant to run single-node on the coordinator, a regular
+            expression its fallback reason must match (why it falls back); then it is asserted
+            that it did.
+        stages: with the workers, assert a network boundary in the plan too.
+
+    Example:
+        >>> from datafusion import SessionContext, col
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> ctx = SessionContext()
+        >>> _ = ctx.from_pydict({"k": [1, 2, 2]}, name="t")
+        >>> dctx = DistributedContext(ctx, progress=False)
+        >>> q = "SELECT k, count(*) AS n FROM t GROUP BY k ORDER BY k"
+        >>> assert_distributed_equal(ctx, dctx, q).to_pylist()
+        [{'k': 1, 'n': 1}, {'k': 2, 'n': 2}]
+        >>> _ = assert_distributed_equal(ctx, dctx, lambda c: c.table("t").filter(col("k") > 1))
+    """
+    single = ctx.sql(query) if isinstance(query, str) else query(ctx)
+    df = dctx.sql(query) if isinstance(query, str) else query(dctx)
+    if ordered is None:
+        ordered = _sorts_its_result(single)
+    expected = single.to_arrow_table()
+    if expect_fallback is not None:
+        assert_ran_on_coordinator(df, because=expect_fallback)
+    else:
+        assert_ran_on_workers(df, dctx, stages=stages)
+    got = df.to_arrow_table()
+    want_types = [(f.name, f.type) for f in expected.schema]
+    got_types = [(f.name, f.type) for f in got.schema]
+    assert got_types == want_types, f"types {got_types} != single-node's {want_types}"
+    assert_same_rows(got, expected, ordered=bool(ordered), tolerance=tolerance)
+    return got
+
+
+def _sorts_its_result(df: DataFrame) -> bool:
+    """Whether ``df``'s rows come in a defined order: its logical plan's top is a sort, under
+    projections, aliases and limits."""
+    from datafusion.expr import Limit, Projection, Sort, SubqueryAlias
+
+    plan = df.logical_plan()
+    while isinstance(node := plan.to_variant(), (Projection, SubqueryAlias, Limit)):
+        (plan,) = plan.inputs()
+    return isinstance(node, Sort)

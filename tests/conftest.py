@@ -140,3 +140,8 @@ def session_over(data: Path) -> SessionContext:
     ctx = SessionContext()
     ctx.register_parquet("t", str(data))
     return ctx
+
+
+# The mutation run (DFDPY_TEST_FORCE_FALLBACK=1): every query forced single-node, and each
+# test judged by whether it noticed (tests/mutation.py).
+from mutation import _forced_fallback, pytest_runtest_makereport  # noqa: E402, F401

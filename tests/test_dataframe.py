@@ -161,7 +161,10 @@ def test_results_read_from_the_core_match_single_node(dctx, ctx):
         assert_same_rows(got, expected, ordered=False)
         assert df.count() == single.count()
         assert sorted(map(str, df.to_pylist())) == sorted(map(str, single.to_pylist()))
-        assert sorted(df.to_pydict()) == sorted(single.to_pydict())
+        got_columns, want_columns = df.to_pydict(), single.to_pydict()
+        assert list(got_columns) == list(want_columns)
+        for name, values in want_columns.items():
+            assert sorted(map(repr, got_columns[name])) == sorted(map(repr, values)), name
         assert sum(b.num_rows for b in df.collect()) == expected.num_rows
         parts = df.collect_partitioned()
         assert sum(b.num_rows for p in parts for b in p) == expected.num_rows

@@ -150,6 +150,14 @@ def contexts(request: pytest.FixtureRequest):
         yield ctx, DistributedContext(ctx, workers=cluster)
 
 
+#: At most this share of the random queries may fall back to single-node (the rest must run
+#: on the workers): today's fallbacks are IGNORE NULLS / FILTER windows, repeated column
+#: names and Float16 literals (issue 40).
+FALLBACK_BUDGET = 0.6
+#: Per cluster kind: [queries compared, queries that fell back].
+RUNS: dict[str, list[int]] = {}
+
+
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -161,3 +169,16 @@ def test_random_queries_answer_as_single_node(contexts, sql):
     ctx, dctx = contexts
     outcome = compare(ctx, dctx, sql)
     assert outcome.verdict in ("equal", "both-raised"), f"{sql}\n{outcome.detail}"
+    if outcome.verdict == "equal":
+        counts = RUNS.setdefault(repr(dctx), [0, 0])
+        counts[0] += 1
+        counts[1] += outcome.fallback
+
+
+def test_random_queries_mostly_run_on_the_workers():
+    """The random queries above (this module's earlier test) ran on the workers, but for a
+    budgeted share that falls back."""
+    if not RUNS:
+        pytest.skip("runs after test_random_queries_answer_as_single_node, which was not run")
+    for where, (compared, fell_back) in RUNS.items():
+        assert fell_back <= FALLBACK_BUDGET * compared, (where, fell_back, compared)

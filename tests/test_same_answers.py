@@ -24,8 +24,7 @@ from datafusion_distributed_py import (
     UnsupportedTableError,
     ran_on,
 )
-from datafusion_distributed_py.testing import is_distributed
-from harness.differential import compare
+from datafusion_distributed_py.testing import assert_distributed_equal, is_distributed
 
 
 class Enumerate(WindowEvaluator):
@@ -64,9 +63,12 @@ def both(workers: LocalCluster | None) -> tuple[SessionContext, DistributedConte
     return ctx, DistributedContext(ctx, workers=workers)
 
 
-def assert_same(ctx: SessionContext, dctx: DistributedContext, sql: str) -> None:
-    outcome = compare(ctx, dctx, sql)
-    assert outcome.verdict == "equal", outcome.detail
+def assert_same(
+    ctx: SessionContext, dctx: DistributedContext, sql: str, fallback: str | None = None
+) -> None:
+    """Single-node's rows, names and types, run on the workers; or, for a query whose
+    ``fallback`` reason (a regular expression) is known, on the coordinator for that reason."""
+    assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
 
 
 WINDOW_MODIFIERS = [

@@ -17,6 +17,7 @@ from datafusion_distributed_py import (
     DistributedContext,
     UnsupportedTableError,
 )
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 N = 3000
 TINY = DistributedConfig(file_scan_config_bytes_per_partition=64)
@@ -38,13 +39,12 @@ def mode(request, cluster):
 
 
 def check(ctx: SessionContext, workers, sql: str = GROUPED, config=TINY, min_tasks: int = 1):
+    """Same rows as single-node, run on the workers (in stages), and with ``min_tasks`` the
+    widest stage split into at least that many tasks."""
     dctx = DistributedContext(ctx, workers=workers, config=config)
-    expected = ctx.sql(sql).to_arrow_table()
-    df = dctx.sql(sql)
-    assert_same_rows(df.to_arrow_table(), expected, ordered="order by" in sql.lower())
-    plan = dctx.explain(df)
+    assert_distributed_equal(ctx, dctx, sql, ordered="order by" in sql.lower())
     if min_tasks > 1:
-        assert is_distributed(plan), plan
+        plan = dctx.explain(sql)
         assert max_stage_tasks(plan) >= min_tasks, plan
     return dctx
 
@@ -277,6 +277,8 @@ def test_writes_of_distributed_results(tmp_path, mode):
     copy = dctx.sql(
         f"COPY (SELECT g, v FROM t WHERE v % 2 = 0) TO '{tmp_path}/copied/' STORED AS PARQUET"
     )
+    assert_ran_on_workers(df, dctx)
+    assert_ran_on_workers(copy, dctx)
     # Lazy like single-node COPY: it writes when collected, and reports the rows written.
     assert copy.to_pylist() == [{"count": 3 * N // 2}]
     copied = ctx.read_parquet(str(tmp_path / "copied") + "/").to_arrow_table()

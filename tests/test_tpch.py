@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from conftest import assert_same_rows, is_distributed
+from conftest import is_distributed
 
+from datafusion_distributed_py.testing import assert_distributed_equal
 from harness import tpch
 
 
 @pytest.mark.parametrize("n", tpch.QUERIES)
 def test_tpch_query_matches_single_node(n, ctx, dctx):
     sql = tpch.query(n)
-    expected = ctx.sql(sql).to_arrow_table()
-    df = dctx.sql(sql)
-    got = df.to_arrow_table()
-    assert_same_rows(got, expected, ordered="order by" in sql.lower())
+    assert_distributed_equal(ctx, dctx, sql, ordered="order by" in sql.lower())
 
 
 def test_most_tpch_queries_are_really_distributed(dctx):

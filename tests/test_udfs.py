@@ -7,11 +7,12 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import SPLIT_CONFIG, assert_same_rows, cli_worker
+from conftest import SPLIT_CONFIG, cli_worker
 from datafusion import Accumulator, SessionContext, udaf, udf, udwf
 from datafusion.user_defined import WindowEvaluator
 
-from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py.testing import assert_distributed_equal
 
 
 def _pid(x: pa.Array) -> pa.Array:
@@ -86,7 +87,7 @@ def test_local_cluster_workers_import_what_the_parent_can(ctx):
     with LocalCluster(1) as c:
         dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG)
         sql = "SELECT sum(dbl(l_orderkey)) AS s FROM lineitem"
-        assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
+        assert_distributed_equal(ctx, dctx, sql)
 
 
 def test_scalar_udf_runs_on_worker_processes(ctx, cluster):
@@ -106,7 +107,7 @@ def test_udf_and_udaf_match_single_node(where, ctx, cluster):
     workers = None if where == "embedded" else cluster
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
     sql = "SELECT l_linestatus, mysum(dbl(l_orderkey)) AS s FROM lineitem GROUP BY 1"
-    assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
+    assert_distributed_equal(ctx, dctx, sql)
 
 
 WINDOW = (
@@ -118,7 +119,7 @@ WINDOW = (
 def test_udwf_on_embedded_cluster(ctx):
     register(ctx)
     dctx = DistributedContext(ctx, config=SPLIT_CONFIG)
-    assert_same_rows(dctx.sql(WINDOW).to_arrow_table(), ctx.sql(WINDOW).to_arrow_table(), True)
+    assert_distributed_equal(ctx, dctx, WINDOW)
 
 
 def test_udwf_on_worker_processes(ctx, cluster):
@@ -126,8 +127,7 @@ def test_udwf_on_worker_processes(ctx, cluster):
     since datafusion-proto's codec chain never decodes window functions)."""
     register(ctx)
     dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
-    assert ran_on(dctx.sql(WINDOW)) == "workers"
-    assert_same_rows(dctx.sql(WINDOW).to_arrow_table(), ctx.sql(WINDOW).to_arrow_table(), True)
+    assert_distributed_equal(ctx, dctx, WINDOW)
 
 
 def test_udf_importing_a_module_available_on_workers(ctx, cluster, tmp_path, monkeypatch):
@@ -144,4 +144,4 @@ def test_udf_importing_a_module_available_on_workers(ctx, cluster, tmp_path, mon
     with LocalCluster(2) as c:
         dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG)
         sql = "SELECT sum(tripled(l_orderkey)) AS s FROM lineitem"
-        assert dctx.sql(sql).to_pylist() == ctx.sql(sql).to_pylist()
+        assert_distributed_equal(ctx, dctx, sql)

@@ -1,0 +1,93 @@
+"""The mutation run: every query forced to fall back, so that no test passes vacuously.
+
+With ``DFDPY_TEST_FORCE_FALLBACK=1`` (read here, by the test suite only; the package never
+reads it), ``DistributedContext`` refuses to distribute any query, as if each one could not
+be: with the default ``fallback="coordinator"`` every query then runs single-node on the
+coordinator. A test that still passes proved nothing about distribution — unless it never
+claimed to, and then it is listed in :data:`INDEPENDENT` below with why.
+
+So under the switch each test's outcome is judged again (CI runs ``pytest tests -m "not
+slow"`` with it):
+
+* a test not listed must fail (or error): reported as an expected failure (``xfailed``);
+* a test not listed that passes is reported as failed: it passes without the workers;
+* a listed test keeps its outcome: it must pass single-node too (a listed test that fails
+  is not independent of distribution, and the list is wrong).
+
+The pytest exit code is then 0 exactly when every test that claims distribution failed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ACTIVE = os.environ.get("DFDPY_TEST_FORCE_FALLBACK") == "1"
+#: The reason every query falls back with during the mutation run.
+REASON = "the test suite's mutation run forces every query to run single-node"
+
+#: The tests that do not depend on distribution, by module (file name under tests/) and test
+#: function (parameters left out), with why: they pass when every query runs single-node.
+#: A whole module is named with "*".
+INDEPENDENT: dict[str, dict[str, str]] = {}
+
+
+def _listed(item: pytest.Item) -> bool:
+    module = item.path.name
+    tests = INDEPENDENT.get(module, {})
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    return "*" in tests or name in tests
+
+
+def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every query of every ``DistributedContext`` refuse distribution."""
+    from datafusion_distributed_py.context import DistributedContext
+    from datafusion_distributed_py.errors import UnsupportedPlanError
+
+    def refuse(self: Any, df: Any, feed: Any) -> Any:
+        raise UnsupportedPlanError(REASON)
+
+    monkeypatch.setattr(DistributedContext, "_plan", refuse)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _forced_fallback() -> Iterator[None]:
+    if not ACTIVE:
+        yield
+        return
+    mp = pytest.MonkeyPatch()
+    force_fallback(mp)
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    if not ACTIVE:
+        return
+    report = outcome.get_result()
+    if report.skipped or _listed(item):
+        if report.failed and _listed(item):
+            report.longrepr = (
+                f"{report.longrepr}\n\nlisted in tests/mutation.py as independent of "
+                "distribution, yet it fails when every query runs single-node"
+            )
+        return
+    if report.failed:
+        # It noticed: the claim of distribution held it up.
+        report.outcome = "skipped"
+        report.wasxfail = "fails when every query runs single-node, as it should"
+    elif report.when == "call" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            "passed with every query forced to run single-node on the coordinator "
+            f"({REASON}): it proves nothing about distribution. Assert where the query ran "
+            "(datafusion_distributed_py.testing.assert_distributed_equal / "
+            "assert_ran_on_workers), or list it in tests/mutation.py INDEPENDENT with why."
+        )
