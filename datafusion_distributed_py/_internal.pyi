@@ -30,6 +30,7 @@ __all__ = [
     "ReaderTable",
     "check_health",
     "planner_defaults",
+    "distributed_setting",
     "close_interpreter",
 ]
 
@@ -233,6 +234,11 @@ def check_health(url: str, security: CoreSecurity | None = None, timeout: float 
 
 def planner_defaults() -> dict[str, str]:
     """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""
+    ...
+
+def distributed_setting(sql: str, session: Any) -> tuple[str, str] | None:
+    """``(key, value)`` when ``sql`` is one ``SET distributed.<key> = <value>`` statement, as
+    DataFusion's parser reads it in ``session``'s dialect; None for anything else."""
     ...
 
 def close_interpreter() -> None:

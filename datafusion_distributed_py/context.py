@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
-from datafusion.expr import CopyTo, DmlStatement, EmptyRelation, TableScan
+from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain, TableScan
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
@@ -106,14 +106,6 @@ SNAPSHOT_SCAN_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
 #: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
 #: notebook, ``notebook.py``).
 METRICS_MARK = b"datafusion_distributed_py"
-
-_SET_DISTRIBUTED = re.compile(
-    r"^\s*SET\s+(distributed\.\w+)\s*(?:=|TO)\s*(.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
-)
-_EXPLAIN = re.compile(
-    r"^\s*EXPLAIN\s+(?P<analyze>ANALYZE\s+)?(?:VERBOSE\s+)?(?P<query>.+)$",
-    re.IGNORECASE | re.DOTALL,
-)
 
 
 def default_worker_count() -> int:
@@ -235,15 +227,22 @@ class DistributedContext:
             >>> dctx.sql("SELECT 40 + 2 AS answer").to_pylist()
             [{'answer': 42}]
         """
-        if m := _SET_DISTRIBUTED.match(query):
-            self._config = self._config.with_option(m.group(1).lower(), m.group(2))
+        # Read by DataFusion's own parser, in the session's dialect: the statement is what
+        # `ctx.sql` would take it for, comments and case included.
+        setting = _internal.distributed_setting(query, self._ctx)
+        if setting is not None:
+            self._config = self._config.with_option(*setting)
             return self._ctx.sql("SELECT 1 WHERE false")  # an empty result, like SET
-        if m := _EXPLAIN.match(query):
-            return self._explain_frame(m.group("query"), analyze=bool(m.group("analyze")))
         df = self._ctx.sql(query)
+        plan = df.logical_plan()
+        variant = plan.to_variant()
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
-        if isinstance(df.logical_plan().to_variant(), EmptyRelation):
+        if isinstance(variant, EmptyRelation):
             return df
+        if isinstance(variant, (Explain, Analyze)):
+            (explained,) = plan.inputs()
+            inner = self._ctx.create_dataframe_from_logical_plan(explained)
+            return self._explain_frame(inner, analyze=isinstance(variant, Analyze))
         return self._lazy(df, query.strip())
 
     def distribute(self, df: DataFrame) -> DataFrame:
@@ -551,7 +550,7 @@ class DistributedContext:
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
 
-    def _explain_frame(self, query: str, analyze: bool) -> DataFrame:
+    def _explain_frame(self, query: DataFrame, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
         kind = "Plan with Metrics" if analyze else "distributed_plan"
         return self._ctx.from_arrow(pa.table({"plan_type": [kind], "plan": [text]}))

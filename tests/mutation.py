@@ -32,7 +32,42 @@ REASON = "the test suite's mutation run forces every query to run single-node"
 #: The tests that do not depend on distribution, by module (file name under tests/) and test
 #: function (parameters left out), with why: they pass when every query runs single-node.
 #: A whole module is named with "*".
-INDEPENDENT: dict[str, dict[str, str]] = {}
+INDEPENDENT: dict[str, dict[str, str]] = {
+    "test_package.py": {"*": "the package's layout, modules and build, not its queries"},
+    "test_config_defaults.py": {
+        "test_every_knob_sent_is_the_planners_default_unless_we_say_why": "config values",
+    },
+    "test_dataframe.py": {
+        "test_user_ctx_still_plans_single_node": "about ctx, which must stay single-node",
+    },
+    "test_dataframe_api.py": {
+        "test_errors_of_a_step_are_single_nodes": "a step's error is raised building the step",
+    },
+    "test_errors.py": {
+        "test_bad_config_type": "argument checking",
+        "test_config_validation": "argument checking",
+        "test_empty_worker_list": "argument checking",
+        "test_malformed_worker_url": "URL checking",
+        "test_missing_scheme_suggests_http": "URL checking",
+        "test_not_a_session_context": "argument checking",
+        "test_single_string_instead_of_list": "argument checking",
+        "test_sql_error_keeps_datafusion_message": "SQL errors are raised by dctx.sql, unplanned",
+        "test_version_mismatch_message": "the import-time version check",
+        "test_worker_stop_takes_any_drain_time": "a worker's own stop, no query",
+        "test_worker_urls_read_as_written": "URL bookkeeping",
+    },
+    "test_live_view.py": {
+        "test_dashboard_needs_its_token_and_stays_local": "the dashboard's access rules",
+    },
+    "test_plans.py": {
+        "test_embedded_cluster_defaults_to_at_least_two_workers": "a default, no query",
+    },
+    "test_statements.py": {
+        "test_a_setting_however_written_changes_the_config": "SET distributed.* is config",
+        "test_a_set_inside_a_string_is_a_query": "how a statement is read, not where it runs",
+        "test_other_statements_fail_as_single_node": "errors of statements that never plan",
+    },
+}
 
 
 def _listed(item: pytest.Item) -> bool:

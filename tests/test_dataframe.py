@@ -10,6 +10,7 @@ from datafusion import DataFrame, SessionContext, col, lit
 from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedContext
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 GROUPED = "SELECT l_returnflag, count(*) AS n, sum(l_quantity) AS q FROM lineitem GROUP BY 1"
 
@@ -17,11 +18,13 @@ GROUPED = "SELECT l_returnflag, count(*) AS n, sum(l_quantity) AS q FROM lineite
 def test_result_is_a_plain_dataframe(dctx):
     df = dctx.sql(GROUPED)
     assert type(df) is DataFrame
+    assert_ran_on_workers(df, dctx)  # and still distributed
 
 
 def test_dataframe_methods(dctx, ctx, tmp_path):
     expected = ctx.sql(GROUPED).to_arrow_table()
     df = dctx.sql(GROUPED)
+    assert_ran_on_workers(df, dctx)
     assert_same_rows(df.to_arrow_table(), expected, ordered=False)
     assert df.count() == expected.num_rows
     assert sorted(r["l_returnflag"] for r in df.to_pylist()) == sorted(
@@ -39,15 +42,16 @@ def test_dataframe_methods(dctx, ctx, tmp_path):
 
 
 def test_further_operations_on_a_result(dctx, ctx):
-    df = (
-        dctx.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag")).select("l_returnflag")
-    )
-    expected = ctx.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag"))
-    assert df.to_pylist() == expected.select("l_returnflag").to_pylist()
+    def further(c: SessionContext | DistributedContext) -> DataFrame:
+        frame = c.sql(GROUPED).filter(col("n") > lit(0)).sort(col("l_returnflag"))
+        return frame.select("l_returnflag")
+
+    assert_distributed_equal(ctx, dctx, further)
 
 
 def test_execute_stream_yields_batches(dctx, ctx):
     df = dctx.sql("SELECT l_orderkey, l_quantity FROM lineitem WHERE l_quantity > 10")
+    assert_ran_on_workers(df, dctx)
     total = 0
     n_batches = 0
     for batch in df.execute_stream():
@@ -67,7 +71,7 @@ def test_dataframe_api_path(dctx, ctx):
         )
 
     distributed = dctx.distribute(build(ctx))
-    assert is_distributed(dctx.explain(distributed))
+    assert_ran_on_workers(distributed, dctx)
     assert_same_rows(distributed.to_arrow_table(), build(ctx).to_arrow_table(), ordered=False)
 
 
@@ -84,8 +88,9 @@ def test_results_are_lazy(tmp_path):
         ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=1)
     )
     df = dctx.sql("SELECT k, sum(v) AS s FROM t GROUP BY k")
+    assert_ran_on_workers(df, dctx)  # planned, distributed: nothing ran yet
     (path / "1.parquet").unlink()
-    with pytest.raises(Exception, match="1.parquet|not found|No such file"):
+    with pytest.raises(Exception, match=r"(?s)(1.parquet|not found|No such file).*on worker"):
         df.collect()
 
 
@@ -93,14 +98,13 @@ def test_in_memory_table(ctx):
     ctx.from_pydict({"k": [1, 2, 1, 3] * 50, "v": list(range(200))}, name="mem")
     dctx = DistributedContext(ctx)
     sql = "SELECT k, sum(v) AS s, count(*) AS c FROM mem GROUP BY k"
-    assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_distributed_equal(ctx, dctx, sql)
 
 
 def test_view(ctx, dctx):
     ctx.sql("CREATE VIEW big_orders AS SELECT * FROM orders WHERE o_totalprice > 100000")
     sql = "SELECT o_orderstatus, count(*) AS c FROM big_orders GROUP BY o_orderstatus"
-    assert is_distributed(dctx.explain(sql))
-    assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_distributed_equal(ctx, dctx, sql)
 
 
 def test_csv_table(tmp_path):
@@ -116,8 +120,7 @@ def test_csv_table(tmp_path):
         ctx, config=SPLIT_CONFIG.replace(file_scan_config_bytes_per_partition=64)
     )
     sql = "SELECT k, sum(v) AS s FROM c GROUP BY k"
-    assert is_distributed(dctx.explain(sql))
-    assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_distributed_equal(ctx, dctx, sql)
 
 
 def test_statements_through_dctx(dctx, ctx, tmp_path):
@@ -140,7 +143,9 @@ def test_statements_through_dctx(dctx, ctx, tmp_path):
         f"CREATE EXTERNAL TABLE ext (a INT, b INT) STORED AS CSV LOCATION '{csv}' "
         "OPTIONS ('format.has_header' 'true')"
     )
-    assert dctx.sql("SELECT sum(a) AS s FROM ext").to_pylist() == [{"s": 4}]
+    df = dctx.sql("SELECT sum(a) AS s FROM ext")
+    assert_ran_on_workers(df, dctx, stages=False)  # a table DDL made through dctx
+    assert df.to_pylist() == [{"s": 4}]
 
 
 def test_user_ctx_still_plans_single_node(dctx, ctx):

@@ -25,6 +25,7 @@ from datafusion_distributed_py import (
 )
 from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.monitor import MONITOR
+from datafusion_distributed_py.testing import assert_ran_on_workers
 from harness import tpch
 
 Frames = Callable[[SessionContext | DistributedContext], DataFrame]
@@ -281,7 +282,9 @@ def test_count_is_planned_as_single_node_plans_it(ctx, dctx):
 def test_show_prints_what_single_node_prints(ctx, dctx, capsys):
     lineitem(ctx).sort(col("l_orderkey"), col("l_partkey")).show(4)
     single = capsys.readouterr().out
-    lineitem(dctx).sort(col("l_orderkey"), col("l_partkey")).show(4)
+    distributed = lineitem(dctx).sort(col("l_orderkey"), col("l_partkey"))
+    assert_ran_on_workers(distributed, dctx)
+    distributed.show(4)
     assert capsys.readouterr().out == single
 
 
@@ -337,16 +340,16 @@ def test_frames_of_another_context_behave_as_single_node(ctx, dctx):
     other = SessionContext()
     foreign = other.from_pydict({"o_orderkey": [1, 2], "tag": ["a", "b"]})
     single = orders(ctx).join(foreign, on="o_orderkey")
-    assert_same_rows(
-        orders(dctx).join(foreign, on="o_orderkey").to_arrow_table(),
-        single.to_arrow_table(),
-        ordered=False,
-    )
+    joined = orders(dctx).join(foreign, on="o_orderkey")
+    assert_ran_on_workers(joined, dctx)  # the other session's rows travel with the plan
+    assert_same_rows(joined.to_arrow_table(), single.to_arrow_table(), ordered=False)
     # Two distributed frames of two sessions, likewise.
     other_dctx = DistributedContext(other, progress=False)
     theirs = other_dctx.from_pydict({"o_orderkey": [3], "tag": ["c"]})
+    joined = orders(dctx).join(theirs, on="o_orderkey")
+    assert_ran_on_workers(joined, dctx)
     assert_same_rows(
-        orders(dctx).join(theirs, on="o_orderkey").to_arrow_table(),
+        joined.to_arrow_table(),
         orders(ctx)
         .join(other.from_pydict({"o_orderkey": [3], "tag": ["c"]}), on="o_orderkey")
         .to_arrow_table(),

@@ -16,6 +16,7 @@ from datafusion.substrait import Consumer, Producer
 from datafusion.unparser import Dialect, Unparser
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on
+from datafusion_distributed_py.testing import assert_ran_on_workers
 
 ROWS = 20_000
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
@@ -239,6 +240,7 @@ def test_empty_inputs_and_results(data, workers, sql, capsys):
     ctx.register_batch("e", pa.RecordBatch.from_pylist([], schema=EMPTY))
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     single, distributed = ctx.sql(sql), dctx.sql(sql)
+    assert_ran_on_workers(distributed, dctx, stages=False)
     assert distributed.schema() == single.schema()
     assert distributed.to_arrow_table() == single.to_arrow_table()
     assert distributed.to_pydict() == single.to_pydict()

@@ -24,6 +24,7 @@ from datafusion_distributed_py import (
     ran_on,
 )
 from datafusion_distributed_py.lakehouse import register_delta
+from datafusion_distributed_py.testing import assert_ran_on_workers
 
 #: Scans split as finely as they go, so that several tasks read the table's files.
 TINY = DistributedConfig(file_scan_config_bytes_per_partition=64)
@@ -114,6 +115,7 @@ def test_delta_time_travel_by_timestamp(delta_path, workers):
     dctx = DistributedContext(SessionContext(), workers=workers, config=TINY)
     dctx.register_delta("t", delta_path, version=at)
     df = dctx.sql("SELECT count(*) AS n FROM t")
+    assert_ran_on_workers(df, dctx, stages=False)
     assert df.to_pylist() == [{"n": 2000}]
 
 

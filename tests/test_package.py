@@ -57,6 +57,32 @@ def test_rust_modules_depend_one_way():
     assert_acyclic(graph)
 
 
+def _rust_file_graphs() -> dict[str, dict[str, set[str]]]:
+    """Each folder of ``src/`` -> each of its files -> the sibling files it uses (``super::x``
+    from a file, ``self::x`` / ``x::`` from the folder's ``mod.rs``)."""
+    graphs: dict[str, dict[str, set[str]]] = {}
+    for folder in sorted(p for p in (ROOT / "src").iterdir() if p.is_dir()):
+        files = {f.stem: f for f in folder.glob("*.rs") if f.stem != "mod"}
+        graph: dict[str, set[str]] = {}
+        for name, path in files.items():
+            # Test modules may reach anywhere; what the file itself uses is before them.
+            text = path.read_text().split("#[cfg(test)]", 1)[0]
+            used = set(re.findall(r"\bsuper::\{?([a-z_]+)", text))
+            used |= {m for group in re.findall(r"\bsuper::\{([^}]*)\}", text)
+                     for m in re.findall(r"\b([a-z_]+)\b", group)}  # fmt: skip
+            graph[name] = {u for u in used if u in files and u != name}
+        graphs[folder.name] = graph
+    return graphs
+
+
+def test_rust_files_within_a_folder_depend_one_way():
+    """Within a folder too: no file uses a sibling that uses it back."""
+    graphs = _rust_file_graphs()
+    assert graphs["protocol"]["grpc"] >= {"connect_failure"}, graphs["protocol"]
+    for graph in graphs.values():
+        assert_acyclic(graph)
+
+
 def test_python_stays_at_the_boundary():
     """PyO3 is used by the Python boundary (``src/python/``), by the runtime whose threads
     and waits meet the interpreter (``src/runtime/``), and by ``lib.rs``'s module; the

@@ -24,7 +24,11 @@ from datafusion_distributed_py import (
     UnsupportedTableError,
     ran_on,
 )
-from datafusion_distributed_py.testing import assert_distributed_equal, is_distributed
+from datafusion_distributed_py.testing import (
+    assert_distributed_equal,
+    assert_ran_on_coordinator,
+    is_distributed,
+)
 
 
 class Enumerate(WindowEvaluator):
@@ -71,35 +75,51 @@ def assert_same(
     assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
 
 
+#: Why a query falls back today (issue 40 is to carry each to the workers): DataFusion 55's
+#: plan serialisation loses these window modifiers.
+IGNORE_NULLS, FILTER, REVERSED = "uses IGNORE NULLS", "uses FILTER", "in reverse"
+#: A result with one column name twice does not cross datafusion-python 55's table provider.
+REPEATED = "more than one column named"
+
+#: Each query, and the reason it runs on the coordinator (None: on the workers).
 WINDOW_MODIFIERS = [
-    "SELECT id, lag(a) IGNORE NULLS OVER (ORDER BY id) AS l FROM t",
-    "SELECT id, lag(x, 2, 'def') IGNORE NULLS OVER (ORDER BY id) AS l FROM t",
-    "SELECT id, FIRST_VALUE(a) IGNORE NULLS OVER (ORDER BY id) AS f FROM t",
-    "SELECT c1, c2, SUM(c2) FILTER (WHERE c2 >= 2) OVER (ORDER BY c1, c2 ROWS BETWEEN "
-    "UNBOUNDED PRECEDING AND CURRENT ROW) AS s FROM t",
-    "SELECT count(*) FILTER (WHERE NULL) OVER () AS c FROM t",
-    "SELECT c2, NTH_VALUE(c2, 2) OVER (ORDER BY c2 DESC) AS n FROM t",
-    "SELECT id, NTH_VALUE(a, 2) IGNORE NULLS OVER (ORDER BY id) AS n FROM t",
+    ("SELECT id, lag(a) IGNORE NULLS OVER (ORDER BY id) AS l FROM t", IGNORE_NULLS),
+    ("SELECT id, lag(x, 2, 'def') IGNORE NULLS OVER (ORDER BY id) AS l FROM t", IGNORE_NULLS),
+    ("SELECT id, FIRST_VALUE(a) IGNORE NULLS OVER (ORDER BY id) AS f FROM t", IGNORE_NULLS),
+    (
+        "SELECT c1, c2, SUM(c2) FILTER (WHERE c2 >= 2) OVER (ORDER BY c1, c2 ROWS BETWEEN "
+        "UNBOUNDED PRECEDING AND CURRENT ROW) AS s FROM t",
+        FILTER,
+    ),
+    ("SELECT count(*) FILTER (WHERE NULL) OVER () AS c FROM t", FILTER),
+    ("SELECT c2, NTH_VALUE(c2, 2) OVER (ORDER BY c2 DESC) AS n FROM t", None),
+    ("SELECT id, NTH_VALUE(a, 2) IGNORE NULLS OVER (ORDER BY id) AS n FROM t", IGNORE_NULLS),
     # Windows the planner reverses to share one sort with another window.
-    "SELECT id, lag(id, 2, 99) OVER (ORDER BY id ASC) AS l, lead(id, 2, 99) OVER (ORDER BY id "
-    "DESC ROWS BETWEEN 10 PRECEDING AND 1 FOLLOWING) AS d FROM t",
-    "SELECT id, NTH_VALUE(id, 2) OVER (ORDER BY id DESC) AS n, first_value(id) OVER "
-    "(ORDER BY id) AS f, last_value(a) OVER (ORDER BY id DESC) AS la FROM t",
+    (
+        "SELECT id, lag(id, 2, 99) OVER (ORDER BY id ASC) AS l, lead(id, 2, 99) OVER (ORDER BY "
+        "id DESC ROWS BETWEEN 10 PRECEDING AND 1 FOLLOWING) AS d FROM t",
+        REVERSED,
+    ),
+    (
+        "SELECT id, NTH_VALUE(id, 2) OVER (ORDER BY id DESC) AS n, first_value(id) OVER "
+        "(ORDER BY id) AS f, last_value(a) OVER (ORDER BY id DESC) AS la FROM t",
+        REVERSED,
+    ),
 ]
 
 
-@pytest.mark.parametrize("sql", WINDOW_MODIFIERS)
-def test_window_modifiers_keep_their_meaning(both, sql):
-    assert_same(*both, sql)
+@pytest.mark.parametrize(("sql", "fallback"), WINDOW_MODIFIERS)
+def test_window_modifiers_keep_their_meaning(both, sql, fallback):
+    assert_same(*both, sql, fallback)
 
 
 def test_lost_window_modifier_runs_single_node_with_a_warning(both, caplog):
     ctx, dctx = both
     with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
-        df = dctx.sql(WINDOW_MODIFIERS[0])
+        df = dctx.sql(WINDOW_MODIFIERS[0][0])
         assert ran_on(df) == "coordinator"
     assert "IGNORE NULLS" in caplog.text and "coordinator" in caplog.text
-    assert df.to_arrow_table() == ctx.sql(WINDOW_MODIFIERS[0]).to_arrow_table()
+    assert df.to_arrow_table() == ctx.sql(WINDOW_MODIFIERS[0][0]).to_arrow_table()
     assert "Runs on the coordinator" in dctx.explain(df)
     assert [m["ran_on"] for m in dctx.metrics(df)] == ["coordinator"]
 
@@ -125,7 +145,8 @@ GROUPING_SETS = [
 
 @pytest.mark.parametrize("sql", GROUPING_SETS)
 def test_grouping_sets(both, sql):
-    assert_same(*both, sql)
+    empty_set = "GROUPING SETS (())" in sql
+    assert_same(*both, sql, "an empty grouping set" if empty_set else None)
 
 
 #: Every table split into tasks, and the extra aggregation before shuffles asked for.
@@ -160,7 +181,7 @@ def test_partial_reduce_still_applies_without_grouping_sets(workers):
     ],
 )
 def test_float16_keeps_its_type(both, sql):
-    assert_same(*both, sql)
+    assert_same(*both, sql, REPEATED if " g.h" in sql else None)
 
 
 @pytest.mark.parametrize(
@@ -203,7 +224,7 @@ def test_python_window_udf_runs_on_workers(both):
     ],
 )
 def test_repeated_column_names(both, sql):
-    assert_same(*both, sql)
+    assert_same(*both, sql, REPEATED)
 
 
 @pytest.mark.parametrize(
@@ -218,7 +239,8 @@ def test_repeated_column_names(both, sql):
     ],
 )
 def test_once_refused_queries_answer(both, sql):
-    assert_same(*both, sql)
+    recursive = sql.startswith("WITH RECURSIVE")
+    assert_same(*both, sql, r"cannot be sent to workers \(.*: r\)" if recursive else None)
 
 
 #: Uncorrelated scalar subqueries: they run first, on the workers, and their values go into
@@ -265,19 +287,21 @@ def test_unbounded_table_answers(tmp_path: Path):
         f"CREATE UNBOUNDED EXTERNAL TABLE s (a INT, b VARCHAR) STORED AS CSV LOCATION '{data}' "
         "OPTIONS ('format.has_header' 'true')"
     ).collect()
-    assert_same(ctx, DistributedContext(ctx), "SELECT a, b FROM s WHERE a > 1")
+    # An unbounded (streaming) table's scan does not serialise: it is read on the coordinator.
+    fallback = r"cannot be sent to workers: s\)"
+    assert_same(ctx, DistributedContext(ctx), "SELECT a, b FROM s WHERE a > 1", fallback)
 
 
 def test_fallback_error_keeps_the_strict_refusal():
     ctx = session()
     dctx = DistributedContext(ctx, config=DistributedConfig(fallback="error"))
     with pytest.raises(UnsupportedTableError, match="IGNORE NULLS"):
-        dctx.sql(WINDOW_MODIFIERS[0])
+        dctx.sql(WINDOW_MODIFIERS[0][0])
     with pytest.raises(UnsupportedTableError):
         dctx.sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
                  "SELECT * FROM r")  # fmt: skip
     dctx.sql("SET distributed.fallback = 'coordinator'")
-    assert dctx.sql(WINDOW_MODIFIERS[0]).count() == 6
+    assert dctx.sql(WINDOW_MODIFIERS[0][0]).count() == 6
 
 
 #: Ways to read a result: all at once, or batch by batch as a stream.
@@ -313,8 +337,12 @@ def test_constant_cast_error_is_the_cast_error():
     ctx = SessionContext()
     with pytest.raises(Exception) as single:
         ctx.sql("SELECT cast('x' AS int)").collect()
+    dctx = DistributedContext(ctx)
+    df = dctx.sql("SELECT cast('x' AS int)")
+    # Its constant folding fails while planning: it runs (and fails) as single-node does.
+    assert_ran_on_coordinator(df, because="physical plan cannot be made")
     with pytest.raises(Exception) as distributed:
-        DistributedContext(ctx).sql("SELECT cast('x' AS int)").collect()
+        df.collect()
     assert type(distributed.value) is type(single.value)
     assert str(distributed.value).startswith(str(single.value))
 
@@ -325,6 +353,7 @@ def test_frame_outlives_its_unreferenced_session():
 
     df = make()
     gc.collect()
+    assert ran_on(df) == "workers"
     assert df.to_pydict() == {"x": [1]}
 
 
@@ -344,13 +373,12 @@ def test_concurrent_queries_creating_views(tpch_dir: Path):
                 "sum(l_extendedprice * (1 - l_discount)) AS total_revenue FROM lineitem "
                 "GROUP BY l_suppkey"
             ).collect()
-            results.append(
-                dctx.sql(
-                    f"SELECT s_suppkey, total_revenue FROM supplier, revenue{i} "
-                    f"WHERE s_suppkey = supplier_no AND total_revenue = "
-                    f"(SELECT max(total_revenue) FROM revenue{i}) ORDER BY s_suppkey"
-                ).to_arrow_table()
+            sql = (
+                f"SELECT s_suppkey, total_revenue FROM supplier, revenue{i} "
+                f"WHERE s_suppkey = supplier_no AND total_revenue = "
+                f"(SELECT max(total_revenue) FROM revenue{i}) ORDER BY s_suppkey"
             )
+            results.append(assert_distributed_equal(ctx, dctx, sql))
         except BaseException as e:  # reported below
             errors.append(e)
 

@@ -11,9 +11,17 @@ use std::io;
 use datafusion::common::DataFusionError;
 use url::Url;
 
-use super::grpc::Side;
 use super::urls::display_url;
 use crate::errors::{worker_lost, FailureKind};
+
+/// Who opens the channels: errors say which side did not trust whom, and what to set there.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub enum Side {
+    #[default]
+    Coordinator,
+    /// A worker, pulling from other workers (shuffles, broadcasts).
+    Worker,
+}
 
 /// What went wrong with a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

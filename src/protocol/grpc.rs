@@ -15,7 +15,7 @@ use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use tonic::transport::{Channel, Endpoint};
 use url::Url;
 
-use super::connect_failure::unreachable_from;
+use super::connect_failure::{unreachable_from, Side};
 use super::peer_channel::PeerChannel;
 use super::urls::display_url;
 use crate::errors::{as_lost_peer, worker_failure, FailureKind};
@@ -26,15 +26,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// while a worker whose threads are busy still has ample time to answer.
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Who opens the channels: errors say which side did not trust whom, and what to set there.
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub enum Side {
-    #[default]
-    Coordinator,
-    /// A worker, pulling from other workers (shuffles, broadcasts).
-    Worker,
-}
 
 #[derive(Clone, Default)]
 pub struct WorkerChannels {

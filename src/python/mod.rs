@@ -13,6 +13,7 @@ mod health;
 mod plan;
 mod security;
 mod snapshot_table;
+mod statement;
 mod worker;
 
 /// Adds everything `_internal` exports to the module.
@@ -36,6 +37,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(statement::distributed_setting, m)?)?;
     m.add_function(wrap_pyfunction!(
         crate::runtime::interpreter::close_interpreter,
         m

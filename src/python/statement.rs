@@ -1,0 +1,101 @@
+//! What a SQL statement is, read by DataFusion's own parser (the session's dialect), so that
+//! `DistributedContext.sql` sees a statement as `SessionContext.sql` does: comments, case and
+//! spacing included.
+use datafusion::sql::parser::{DFParser, Statement};
+use datafusion::sql::sqlparser::ast::{Expr, Set, Statement as SqlStatement, Value};
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::capsule::session_settings;
+
+/// The namespace of our settings: `SET distributed.<key> = <value>`.
+const NAMESPACE: &str = "distributed";
+
+/// `(key, value)` when `sql` is one `SET distributed.<key> = <value>` (or `TO`) statement,
+/// read in `session`'s SQL dialect, the key lower-cased and a quoted value unquoted; None for
+/// anything else, including text that does not parse (the session then raises its own error
+/// for it).
+#[pyfunction]
+pub fn distributed_setting(
+    sql: &str,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<Option<(String, String)>> {
+    let settings = session_settings(session)?;
+    let dialect = settings
+        .get("datafusion.sql_parser.dialect")
+        .map_or("generic", String::as_str);
+    setting_in(sql, dialect)
+}
+
+fn setting_in(sql: &str, dialect: &str) -> PyResult<Option<(String, String)>> {
+    let Some(dialect) = dialect_from_str(dialect) else {
+        return Err(PyValueError::new_err(format!(
+            "unknown SQL dialect {dialect:?}"
+        )));
+    };
+    let Ok(mut statements) = DFParser::parse_sql_with_dialect(sql, dialect.as_ref()) else {
+        return Ok(None);
+    };
+    if statements.len() != 1 {
+        return Ok(None);
+    }
+    let Some(Statement::Statement(statement)) = statements.pop_front() else {
+        return Ok(None);
+    };
+    let SqlStatement::Set(Set::SingleAssignment {
+        variable, values, ..
+    }) = *statement
+    else {
+        return Ok(None);
+    };
+    let key = variable.to_string().to_lowercase();
+    if key.split('.').next() != Some(NAMESPACE) || values.len() != 1 {
+        return Ok(None);
+    }
+    Ok(Some((key, value_text(&values[0]))))
+}
+
+/// A setting's value as written: a string literal's contents, else the expression's SQL.
+fn value_text(value: &Expr) -> String {
+    match value {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        Expr::Identifier(ident) => ident.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(sql: &str) -> Option<(String, String)> {
+        setting_in(sql, "generic").unwrap()
+    }
+
+    #[test]
+    fn reads_our_settings_however_written() {
+        let want = Some(("distributed.fallback".into(), "error".into()));
+        assert_eq!(setting("SET distributed.fallback = 'error'"), want);
+        assert_eq!(setting("set Distributed.FALLBACK to 'error';"), want);
+        assert_eq!(
+            setting("-- a comment\nSET /* inline */ distributed.fallback = error"),
+            want
+        );
+        assert_eq!(
+            setting("SET distributed.max_tasks_per_stage = 3"),
+            Some(("distributed.max_tasks_per_stage".into(), "3".into()))
+        );
+    }
+
+    #[test]
+    fn leaves_everything_else() {
+        assert_eq!(setting("SET datafusion.execution.batch_size = 10"), None);
+        assert_eq!(setting("SELECT 'SET distributed.fallback = 1'"), None);
+        assert_eq!(setting("SET distributed.fallback = 'a'; SELECT 1"), None);
+        assert_eq!(setting("not sql at all"), None);
+    }
+}
