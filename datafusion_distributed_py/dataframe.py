@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
+import tempfile
 import threading
 import types
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from datafusion import DataFrame, ExecutionPlan, RecordBatch
+from datafusion import DataFrame, ExecutionPlan, RecordBatch, SessionContext
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
 from datafusion.expr import Projection, SubqueryAlias, TableScan
@@ -345,6 +347,14 @@ def _write(
     """Writes from every task when the write is a ``COPY``; otherwise the coordinator writes
     the distributed result with single-node's own method (honouring every option)."""
     twin, owner, _ = _lineage_of(df)
+    if stored_as == "PARQUET":
+        _raise_as_single_node_would(twin, name, bound)
+    sorting = write_options.without_sort(bound.get("write_options"))
+    if sorting is not None:
+        keys, unsorted = sorting
+        ordered = _derive(df, name, DataFrame.sort, *keys)
+        call = {k: v for k, v in bound.items() if k not in ("self", "write_options")}
+        return _ON_FRAME[name](ordered, **call, write_options=unsorted)  # type: ignore[no-any-return]
     copy = None
     if options is not None:
         copy = write_options.as_copy(twin, options, bound.get("write_options"))
@@ -358,6 +368,22 @@ def _write(
             raise
         raise clean from None
     return None
+
+
+def _raise_as_single_node_would(twin: DataFrame, name: str, bound: dict[str, Any]) -> None:
+    """Raises what single-node raises for the write's options (a codec level out of range, a
+    dictionary encoding as fallback, an unknown writer version), with its type and message,
+    here at the call: single-node's own method writes no row of the query into a directory
+    thrown away. A distributed write would fail later, on a worker, as another type.
+
+    The row written is one row of nulls of the query's columns, not the query's: Parquet's
+    writer properties are checked when a file is opened, which an empty result never does."""
+    call = {k: v for k, v in bound.items() if k not in ("self", "path")}
+    schema = pa.schema([field.with_nullable(True) for field in twin.schema()])
+    nulls = pa.table([pa.nulls(1, field.type) for field in schema], schema=schema)
+    with tempfile.TemporaryDirectory(prefix="dfdpy-options-") as scratch:
+        frame = SessionContext().from_arrow(nulls)
+        getattr(DataFrame, name)(frame, os.path.join(scratch, "out.parquet"), **call)
 
 
 def _bind(method: Callable[..., Any], df: DataFrame, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -120,6 +120,8 @@ def assert_ran_on_workers(df: DataFrame, dctx: DistributedContext, *, stages: bo
         >>> dctx = DistributedContext(ctx, progress=False)
         >>> assert_ran_on_workers(dctx.sql("SELECT k, count(*) FROM t GROUP BY k"), dctx)
     """
+    # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
+    __tracebackhide__ = True
     from datafusion_distributed_py.dataframe import ran_on
 
     where = ran_on(df)
@@ -144,6 +146,8 @@ def assert_ran_on_coordinator(df: DataFrame, because: str) -> None:
         >>> df = dctx.sql("SELECT * FROM a x JOIN a y ON x.id = y.id")
         >>> assert_ran_on_coordinator(df, because="more than one column named 'id'")
     """
+    # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
+    __tracebackhide__ = True
     from datafusion_distributed_py.dataframe import Fallback, source_of
 
     source = source_of(df)
@@ -190,6 +194,8 @@ def assert_distributed_equal(
         [{'k': 1, 'n': 1}, {'k': 2, 'n': 2}]
         >>> _ = assert_distributed_equal(ctx, dctx, lambda c: c.table("t").filter(col("k") > 1))
     """
+    # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
+    __tracebackhide__ = True
     single = ctx.sql(query) if isinstance(query, str) else query(ctx)
     df = dctx.sql(query) if isinstance(query, str) else query(dctx)
     if ordered is None:

@@ -3,11 +3,11 @@ of the last stage writes (see ``docs/what-runs-where.md``, "Writes").
 
 A write's options are translated into the statement's own options, so that both mean the
 same thing: ``ParquetWriterOptions`` fields are DataFusion's ``format.*`` keys by name
-(``format.<key>::<column>`` for column-specific ones), ``partition_by`` is ``PARTITIONED BY``
-and ``sort_by`` a sort of the frame before the sink. What ``COPY`` cannot express —
-``single_file_output`` (one writer is the point) and insert operations other than append
-(single-node refuses them; its error is the answer) — is written by the coordinator, as
-single-node writes it.
+(``format.<key>::<column>`` for column-specific ones) and ``partition_by`` is ``PARTITIONED
+BY``. What ``COPY`` from every task cannot express — ``single_file_output`` (one writer is the
+point), insert operations other than append (single-node refuses them; its error is the
+answer) and ``sort_by`` (one ordered stream, as single-node writes it: see
+:func:`without_sort`) — is written by the coordinator, as single-node writes it.
 
 ``DataFrameWriteOptions`` keeps its arguments only inside datafusion-python's Rust object, so
 :func:`remember_write_options` has its constructor note them on the instance; options made
@@ -89,11 +89,27 @@ def as_copy(
         partition_by = (partition_by,)
     if not all(_PLAIN_NAME.fullmatch(c) for c in partition_by):
         return None  # COPY's PARTITIONED BY takes names as written, unquoted
-    sort_by = args.get("sort_by")
-    if sort_by is not None:
-        keys = sort_by if isinstance(sort_by, Sequence) else [sort_by]
-        frame = DataFrame.sort(frame, *keys)
+    if args.get("sort_by") is not None:
+        return None
     return Copy(frame, options, tuple(partition_by))
+
+
+def without_sort(
+    write_options: DataFrameWriteOptions | None,
+) -> tuple[list[Any], DataFrameWriteOptions] | None:
+    """A write's ``sort_by`` keys and the same options without them, or None when it sorts
+    nothing (or its arguments are unknown).
+
+    Single-node writes a sorted write as one ordered stream, split into files in order; files
+    written by several tasks at once would each hold a share. So the sort runs on the workers
+    (its merge ends on the coordinator) and the coordinator writes the ordered stream.
+    """
+    args = getattr(write_options, _ARGS, None)
+    if args is None or args.get("sort_by") is None:
+        return None
+    sort_by = args["sort_by"]
+    keys = list(sort_by) if isinstance(sort_by, Sequence) else [sort_by]
+    return keys, DataFrameWriteOptions(**{**args, "sort_by": None})
 
 
 def parquet_options(compression: Any, level: int | None) -> dict[str, str] | None:

@@ -34,6 +34,14 @@ REASON = "the test suite's mutation run forces every query to run single-node"
 #: A whole module is named with "*".
 INDEPENDENT: dict[str, dict[str, str]] = {
     "test_package.py": {"*": "the package's layout, modules and build, not its queries"},
+    "test_cluster.py": {
+        "test_local_cluster_runs_setup_in_each_worker": "a cluster's start, no query",
+        "test_bad_setup_fails_cluster_start_with_the_log": "a cluster's start, no query",
+        "test_console_script_help": "the worker CLI's help",
+        "test_examples_localhost_worker_and_distributed_run": (
+            "the examples run in processes of their own, which the switch does not reach"
+        ),
+    },
     "test_config_defaults.py": {
         "test_every_knob_sent_is_the_planners_default_unless_we_say_why": "config values",
     },
@@ -59,8 +67,20 @@ INDEPENDENT: dict[str, dict[str, str]] = {
     "test_live_view.py": {
         "test_dashboard_needs_its_token_and_stays_local": "the dashboard's access rules",
     },
+    "test_object_store.py": {
+        "test_store_classes_stay_classes": "datafusion's object store classes, no query",
+    },
+    "test_observability.py": {
+        "test_progress_defaults_off_when_not_interactive": "a default, no query",
+    },
     "test_plans.py": {
         "test_embedded_cluster_defaults_to_at_least_two_workers": "a default, no query",
+    },
+    "test_security.py": {
+        "test_a_peer_without_the_token_is_refused_on_every_rpc": "a worker's refusal, no query",
+        "test_the_right_token_gets_an_answer": "a worker's RPC answered, no query",
+        "test_listening_beyond_loopback_needs_a_token": "a worker's start refused",
+        "test_wildcard_worker_advertises_a_dialable_address": "a worker's address, no query",
     },
     "test_statements.py": {
         "test_a_setting_however_written_changes_the_config": "SET distributed.* is config",
