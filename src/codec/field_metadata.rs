@@ -48,20 +48,28 @@ pub fn restore_field_metadata(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Ex
     Ok(restored.data)
 }
 
-/// Built again when its fields change: its own functions', or a column's whose input was
-/// repaired below it (a projection keeps the schema it was built with).
+/// Built again when a function in it was repaired (also one nested in another, whose result
+/// reads its argument's metadata: `arrow_metadata(with_metadata(b, ...))`, the output field
+/// unchanged) or its fields change (a column's whose input was repaired below it: a
+/// projection keeps the schema it was built with).
 fn repaired_projection(p: &ProjectionExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let schema = p.input().schema();
+    let mut changed = false;
     let exprs: Vec<ProjectionExpr> = p
         .expr()
         .iter()
-        .map(|e| ProjectionExpr {
-            expr: repair(&e.expr, &schema).data,
-            alias: e.alias.clone(),
+        .map(|e| {
+            let repaired = repair(&e.expr, &schema);
+            changed |= repaired.transformed;
+            ProjectionExpr {
+                expr: repaired.data,
+                alias: e.alias.clone(),
+            }
         })
         .collect();
     let rebuilt = ProjectionExec::try_new(exprs, Arc::clone(p.input()))?;
-    Ok((rebuilt.schema() != p.schema()).then(|| Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+    let rebuild = changed || rebuilt.schema() != p.schema();
+    Ok(rebuild.then(|| Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
 }
 
 fn repaired_filter(f: &FilterExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {

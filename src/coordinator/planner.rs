@@ -155,6 +155,22 @@ impl ClusterPlanner {
         Some(first)
     }
 
+    /// Whether the worker `named` (as a failure names it) is still one of the workers, and
+    /// it and every other worker answer a fresh handshake: then the stream it broke was the
+    /// query's own failure there, not a lost worker (a worker is called dead only when it does
+    /// not answer).
+    pub async fn every_worker_answers(&self, named: &str) -> bool {
+        let Cluster::Remote(_, channels, _) = &self.cluster else {
+            return false;
+        };
+        let Ok(urls) = self.urls() else {
+            return false;
+        };
+        // A worker replaced since (a LocalCluster restarts the dead) is no longer listed.
+        urls.iter().any(|u| display_url(u) == named)
+            && lost_workers(channels, &urls).await.is_empty()
+    }
+
     /// Resolves the workers, leaves out the lost ones, decodes the plan and distributes it;
     /// `attempt` counts the runs of this query (1 for the first). Scalar subqueries run while
     /// planning: a worker lost meanwhile is left out and planning starts again, up to

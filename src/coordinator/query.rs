@@ -139,6 +139,28 @@ impl Query {
         worker_lost(&lost, FailureKind::Died, format!("died ({cause})"))
     }
 
+    /// `err`, a lost worker's failure, as the query's own error when the worker it names (and
+    /// every other) still answers; None when a worker is really lost (or `err` is no such
+    /// failure), so that the run may be retried.
+    pub async fn failed_while_alive(&self, err: &DataFusionError) -> Option<DataFusionError> {
+        let failure = as_worker_failure(err).filter(|f| f.lost())?;
+        let worker = failure.worker.clone()?;
+        let planner = Arc::clone(&self.planner);
+        let named = worker.clone();
+        let alive = runtime::handle()
+            .spawn(async move { planner.every_worker_answers(&named).await })
+            .await
+            .unwrap_or(false);
+        alive.then(|| {
+            exec_datafusion_err!(
+                "the query failed on worker {worker}: its stream there broke off ({}), yet that \
+                 worker and every other still answer, so the query itself failed on it, not \
+                 the worker (not retried)",
+                failure.what
+            )
+        })
+    }
+
     /// The task log of the latest run.
     pub fn latest_log(&self) -> Option<Arc<TaskLog>> {
         let runs = self.runs.lock().expect("poisoned");

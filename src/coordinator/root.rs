@@ -142,6 +142,23 @@ impl ExecutionPlan for DistributedRootExec {
                         run.delivered = true;
                         return Some((Ok(batch), run));
                     }
+                    Some(Err(e)) if is_worker_lost(&e) && !run.delivered => {
+                        // Not retried, nor called a dead worker, while every worker answers.
+                        if let Some(own) = run.query.failed_while_alive(&e).await {
+                            run.done = true;
+                            return Some((Err(run.query.failed(own)), run));
+                        }
+                        if run.may_retry(&e) {
+                            if let Err(again) = run.next_run(&e).await {
+                                run.done = true;
+                                return Some((Err(run.query.failed(again)), run));
+                            }
+                            continue;
+                        }
+                        run.done = true;
+                        let e = run.query.name_lost_peer(e).await;
+                        return Some((Err(run.query.failed(e)), run));
+                    }
                     Some(Err(e)) if run.may_retry(&e) => {
                         if let Err(again) = run.next_run(&e).await {
                             run.done = true;
