@@ -24,8 +24,9 @@ from conftest import (
     free_ports,
     is_distributed,
     start_cli_worker,
+    write_v_g_parts,
 )
-from datafusion import SessionContext
+from datafusion import SessionContext, udf
 
 import datafusion_distributed_py
 from datafusion_distributed_py import (
@@ -34,6 +35,7 @@ from datafusion_distributed_py import (
     Worker,
     WorkerError,
 )
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 from datafusion_distributed_py.worker import DRAIN_SECONDS
 from harness import tpch
 
@@ -51,9 +53,7 @@ def cdctx(ctx, cluster):
 
 @pytest.mark.parametrize("n", tpch.QUERIES)
 def test_tpch_on_local_cluster(n, ctx, cdctx):
-    sql = tpch.query(n)
-    expected = ctx.sql(sql).to_arrow_table()
-    assert_same_rows(cdctx.sql(sql).to_arrow_table(), expected, ordered="order by" in sql.lower())
+    assert_distributed_equal(ctx, cdctx, tpch.query(n))
 
 
 def test_tasks_are_spread_over_all_workers(cdctx, cluster):
@@ -66,7 +66,6 @@ def test_tasks_are_spread_over_all_workers(cdctx, cluster):
 
 def test_workers_accepts_url_list_and_resolver(ctx, cluster):
     sql = "SELECT o_orderstatus, count(*) AS c FROM orders GROUP BY 1"
-    expected = ctx.sql(sql).to_arrow_table()
     calls = []
 
     def resolver():
@@ -78,7 +77,7 @@ def test_workers_accepts_url_list_and_resolver(ctx, cluster):
         dctx = DistributedContext(
             ctx, workers=workers, config=SPLIT_CONFIG, security=cluster.security
         )
-        assert_same_rows(dctx.sql(sql).to_arrow_table(), expected, ordered=False)
+        assert_distributed_equal(ctx, dctx, sql)
     assert calls, "the resolver is called at planning"
 
 
@@ -89,9 +88,9 @@ def test_workers_in_this_process_serve_queries(ctx):
     try:
         dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
         df = dctx.sql(sql)
+        assert_ran_on_workers(df, dctx)
         assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
         plan = dctx.explain(df, analyze=True)
-        assert is_distributed(plan), plan
         assert all(w.url.removeprefix("http://") in plan for w in workers), plan
     finally:
         for w in workers:
@@ -155,31 +154,45 @@ def test_version_mismatch_is_refused(ctx):
         assert odd.urls[0].removeprefix("http://") in str(e.value)
 
 
-def test_killed_worker_fails_query_then_survivors_work(ctx):
+def _slowly(a: pa.Array) -> pa.Array:
+    """A UDF taking 0.2 s a batch."""
+    import time
+
+    time.sleep(0.2)
+    return a
+
+
+def test_killed_worker_fails_query_then_survivors_work(ctx, tmp_path):
+    """A worker killed while its tasks still stream rows to us (a batch already reached us,
+    so the query is not run again): the query fails with a WorkerError naming it; queries
+    planned after it, on the workers left, give single-node's rows."""
+    # 400 row groups of 100 rows, each a batch of 0.2 s: a scan streaming for ~15 s from
+    # every worker.
+    write_v_g_parts(tmp_path, 40_000, row_group_size=100)
+    ctx.register_parquet("t", str(tmp_path) + "/")
+    ctx.register_udf(udf(_slowly, [pa.int64()], pa.int64(), "volatile", name="slowly"))
     with LocalCluster(3) as c:
         alive = list(c.urls)
         dctx = DistributedContext(
             ctx, workers=lambda: alive, config=SPLIT_CONFIG, security=c.security
         )
-        sql = "SELECT l_orderkey, count(*) AS n FROM lineitem GROUP BY l_orderkey"
-        expected = ctx.sql(sql).to_arrow_table()
-        stream = dctx.sql(sql).execute_stream()
-        batches = [next(iter(stream)).to_pyarrow()]  # the query is running on every worker
+        df = dctx.sql("SELECT slowly(v) AS v, g FROM t")
+        assert_ran_on_workers(df, dctx)
+        stream = df.execute_stream()
+        got = next(iter(stream)).to_pyarrow().num_rows  # the query is running on every worker
         victim, lost = c.processes[1], c.urls[1]  # restarted on another port
         victim.kill()
         victim.wait()
         start = time.monotonic()
-        # A batch reached us, so no retry: the rest fails naming the worker, unless every
-        # task had already finished and sent its rows (then they must all be there).
-        try:
-            batches += [b.to_pyarrow() for b in stream]
-        except WorkerError as e:
-            assert e.worker_url == lost, str(e)
-        else:
-            assert_same_rows(pa.Table.from_batches(batches), expected, ordered=False)
+        with pytest.raises(WorkerError) as e:
+            for batch in stream:
+                got += batch.to_pyarrow().num_rows
+        assert e.value.worker_url == lost, str(e.value)
         assert time.monotonic() - start < 30
+        assert got < 40_000, "every row arrived: the kill came after the query's work"
         alive.remove(lost)
-        assert_same_rows(dctx.sql(sql).to_arrow_table(), expected, ordered=False)
+        sql = "SELECT l_orderkey, count(*) AS n FROM lineitem GROUP BY l_orderkey"
+        assert_distributed_equal(ctx, dctx, sql)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -202,23 +215,36 @@ SERIES_CROSS_JOIN = (
 )
 
 
+def _cpu(pids: list[int]) -> float:
+    return sum(_cpu_seconds(p) for p in pids)
+
+
 @contextlib.contextmanager
 def interrupted(
     tmp_path, workers: LocalCluster | None, sql: str, action: str = "collect"
-) -> Iterator[None]:
+) -> Iterator[float]:
     """Ctrl-C (SIGINT) 3 s into ``getattr(df, action)()``; asserts KeyboardInterrupt came
-    promptly."""
+    promptly. Yields the CPU seconds the query's processes (the workers, or this process for
+    the embedded cluster) spent between the start of the run and the interrupt."""
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(50_000)]}), tmp_path / f"{i}.parquet")
     ctx = SessionContext()
     ctx.register_parquet("t", str(tmp_path) + "/")
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
     df = dctx.sql(sql)
-    assert is_distributed(dctx.explain(df))
+    assert_ran_on_workers(df, dctx)
+    pids = [p.pid for p in workers.processes] if workers is not None else [os.getpid()]
     main = threading.main_thread().ident
-    timer = threading.Timer(3.0, signal.pthread_kill, (main, signal.SIGINT))
+    busy: list[float] = []
+
+    def interrupt() -> None:
+        busy.append(_cpu(pids) - before)  # measured at the interrupt, before sending it
+        signal.pthread_kill(main, signal.SIGINT)
+
+    timer = threading.Timer(3.0, interrupt)
     # A background job may start with SIGINT ignored; Ctrl-C raises KeyboardInterrupt.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    before = _cpu(pids)
     timer.start()
     start = time.monotonic()
     try:
@@ -228,22 +254,24 @@ def interrupted(
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 30
-    yield
+    assert busy, "the query ended before the interrupt"
+    yield busy[0]
 
 
 def _cpu_in_2s(pids: list[int]) -> float:
-    before = sum(_cpu_seconds(p) for p in pids)
+    before = _cpu(pids)
     time.sleep(2.0)
-    return sum(_cpu_seconds(p) for p in pids) - before
+    return _cpu(pids) - before
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "collect"), (SERIES_JOIN, "to_pandas")])
 def test_keyboard_interrupt_cancels_work_on_workers(tmp_path, sql, action):
     """Ctrl-C stops the coordinator and every worker process's tasks of the query."""
-    with LocalCluster(2) as c, interrupted(tmp_path, c, sql, action):
+    with LocalCluster(2) as c, interrupted(tmp_path, c, sql, action) as busy:
         pids = [p.pid for p in c.processes]
-        assert sum(_cpu_seconds(p) for p in pids) > 0.3, "the workers never worked on the query"
+        # Over the 3 s the query ran before Ctrl-C: the workers were computing it.
+        assert busy > 1.0, f"the workers spent {busy:.2f} CPU s on the query before Ctrl-C"
         time.sleep(1.0)
         assert _cpu_in_2s([os.getpid()]) < 0.5, "the coordinator kept working"
         assert _cpu_in_2s(pids) < 0.5, "workers kept computing the cancelled query"
@@ -258,7 +286,8 @@ def test_keyboard_interrupt_cancels_work_on_workers(tmp_path, sql, action):
 @pytest.mark.parametrize(("sql", "action"), [(FILE_JOIN, "show"), (SERIES_CROSS_JOIN, "collect")])
 def test_keyboard_interrupt_cancels_work_on_embedded_cluster(tmp_path, sql, action):
     """In-process workers stop too: the process goes idle after Ctrl-C."""
-    with interrupted(tmp_path, None, sql, action):
+    with interrupted(tmp_path, None, sql, action) as busy:
+        assert busy > 1.0, f"this process spent {busy:.2f} CPU s on the query before Ctrl-C"
         time.sleep(1.0)
         assert _cpu_in_2s([os.getpid()]) < 0.5, "the in-process workers kept computing"
 
@@ -284,7 +313,8 @@ def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
     with LocalCluster(2) if kind == "workers" else contextlib.nullcontext() as c:
         dctx = DistributedContext(ctx, workers=c, config=SPLIT_CONFIG, progress=False)
         df = dctx.sql(FILE_JOIN)
-        assert is_distributed(dctx.explain(df))
+        assert_ran_on_workers(df, dctx)
+        pids = [os.getpid()] + ([p.pid for p in c.processes] if c else [])
         outcome: list[str] = []
 
         def run() -> None:
@@ -295,16 +325,18 @@ def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
                 outcome.append("interrupted")
 
         runner = threading.Thread(target=run, daemon=True)
+        before = _cpu(pids)
         runner.start()
         time.sleep(3.0)
+        busy = _cpu(pids) - before
         assert runner.is_alive(), outcome
         _interrupt_thread(runner)
         start = time.monotonic()
         runner.join(timeout=10)
         assert outcome == ["interrupted"]
         assert time.monotonic() - start < 1.0
+        assert busy > 1.0, f"{busy:.2f} CPU s spent on the query before the interrupt"
         time.sleep(1.0)
-        pids = [os.getpid()] + ([p.pid for p in c.processes] if c else [])
         assert _cpu_in_2s(pids) < 0.5, "the query kept running after the interrupt"
 
 
@@ -376,8 +408,8 @@ def test_a_cluster_made_in_a_thread_outlives_the_thread(ctx):
         dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
         q = "SELECT l_returnflag, count(*) AS n FROM lineitem GROUP BY l_returnflag"
         df = dctx.sql(q)
+        assert_ran_on_workers(df, dctx)
         assert_same_rows(df.to_arrow_table(), ctx.sql(q).to_arrow_table(), ordered=False)
-        assert is_distributed(dctx.explain(df))
         assert {m["worker_url"] for m in dctx.metrics(df)} == set(cluster.urls)
 
 
@@ -411,7 +443,7 @@ def test_cli_prints_url_and_stops_gracefully(ctx, stop_signal):
         assert m, line
         dctx = DistributedContext(ctx, workers=[m.group(1)], config=SPLIT_CONFIG)
         sql = "SELECT n_regionkey, count(*) AS c FROM nation GROUP BY 1"
-        assert_same_rows(dctx.sql(sql).to_arrow_table(), ctx.sql(sql).to_arrow_table(), False)
+        assert_distributed_equal(ctx, dctx, sql)
         proc.send_signal(stop_signal)
         assert proc.wait(15) == 0
         assert "stopped" in proc.stdout.read()
@@ -432,13 +464,26 @@ def test_worker_stopped_mid_query_drains_then_fails_the_query(tmp_path):
         ctx.register_parquet("t", str(tmp_path) + "/")
         dctx = DistributedContext(ctx, workers=[url], config=SPLIT_CONFIG)
         df = dctx.sql("SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k")
-        threading.Timer(2.0, proc.send_signal, (signal.SIGTERM,)).start()
-        start = time.monotonic()
-        with pytest.raises(Exception, match=re.escape(url)):
-            df.collect()
-        assert time.monotonic() - start < 30
+        assert_ran_on_workers(df, dctx)
+        signalled: list[float] = []
+
+        def stop() -> None:
+            signalled.append(time.monotonic())  # the drain starts now, not at the timer's start
+            proc.send_signal(signal.SIGTERM)
+
+        timer = threading.Timer(2.0, stop)
+        timer.start()
+        try:
+            with pytest.raises(Exception, match=re.escape(url)):
+                df.collect()
+        finally:
+            timer.cancel()
+        failed = time.monotonic()
+        assert signalled, "the query failed before the worker was told to stop"
+        assert failed - signalled[0] < 30
         assert proc.wait(15) == 0
-        assert time.monotonic() - start >= DRAIN_SECONDS  # in-flight work got its drain time
+        # In-flight work got its drain time: the query failed only once it was over.
+        assert failed - signalled[0] >= DRAIN_SECONDS, failed - signalled[0]
 
 
 def test_cli_worker_of_another_version_is_refused(ctx):
@@ -512,7 +557,7 @@ def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
             text=True,
             check=True,
         ).stdout
-        assert "Stage" in plan or "Exec" in plan
+        assert is_distributed(plan), plan
     finally:
         # Graceful stop is asserted by the CLI test; here only make sure nothing is left.
         for w in workers:
@@ -534,4 +579,7 @@ def test_local_cluster_started_next_to_a_source_checkout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with LocalCluster(1) as c:
         dctx = DistributedContext(SessionContext(), workers=c)
-        assert dctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]
+        df = dctx.sql("SELECT 1 AS one")
+        assert_ran_on_workers(df, dctx)
+        assert df.to_pylist() == [{"one": 1}]
+        assert {m["worker_url"] for m in dctx.metrics(df)} == set(c.urls)  # it ran there

@@ -17,7 +17,7 @@ import datafusion
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_same_rows, free_ports, is_distributed
+from conftest import assert_same_rows, cli_worker, free_ports
 from datafusion import SessionContext
 from datafusion.object_store import (
     AmazonS3,
@@ -34,6 +34,7 @@ from datafusion_distributed_py import (
     UnsupportedTableError,
     object_stores,
 )
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 SECRET = "s3cr3t-do-not-print"
 BUCKET = "bucket"
@@ -111,19 +112,35 @@ def test_s3_table_is_read_by_workers(where, s3_endpoint, cluster):
     ctx = s3_ctx(s3_endpoint)
     dctx = DistributedContext(ctx, workers=None if where == "embedded" else cluster, config=TINY)
     df = dctx.sql(SQL)
+    assert_ran_on_workers(df, dctx)
     assert_same_rows(df.to_arrow_table(), ctx.sql(SQL).to_arrow_table(), ordered=False)
     plan = dctx.explain(df)
-    assert is_distributed(plan)
     df.collect()
     analyzed = dctx.explain(df, analyze=True)
     assert SECRET not in plan and SECRET not in analyzed
 
 
-def test_credentials_stay_out_of_worker_logs(s3_endpoint, cluster):
-    ctx = s3_ctx(s3_endpoint)
-    DistributedContext(ctx, workers=cluster, config=TINY).sql(SQL).collect()
-    for log in cluster.log_dir.glob("*.log"):
-        assert SECRET not in log.read_text()
+def test_credentials_stay_out_of_worker_logs(s3_endpoint, tmp_path):
+    """Workers logging at DEBUG (``--log-level DEBUG``; LocalCluster's workers log warnings
+    only) read the bucket with the credentials the coordinator sent: none of their log
+    holds the secret."""
+    logs = [tmp_path / "worker-0.log", tmp_path / "worker-1.log"]
+    with (
+        open(logs[0], "w") as err0,
+        open(logs[1], "w") as err1,
+        cli_worker("--log-level", "DEBUG", stderr=err0) as (_, url0),
+        cli_worker("--log-level", "DEBUG", stderr=err1) as (_, url1),
+    ):
+        ctx = s3_ctx(s3_endpoint)
+        dctx = DistributedContext(ctx, workers=[url0, url1], config=TINY)
+        df = dctx.sql(SQL)
+        assert_ran_on_workers(df, dctx)
+        df.collect()
+        assert {m["worker_url"] for m in dctx.metrics(df)} == {url0, url1}  # both read it
+    for log in logs:
+        text = log.read_text()
+        assert " DEBUG " in text, f"{log.name} holds no debug record: the check would be vacuous"
+        assert SECRET not in text
 
 
 def test_store_created_before_import_fails_clearly(s3_endpoint):
@@ -176,7 +193,10 @@ def test_deregistered_store_is_forgotten(s3_endpoint):
     """After ``deregister_object_store`` the store is no longer sent to workers: a query that
     reads it fails as it does single-node."""
     ctx = s3_ctx(s3_endpoint)
-    DistributedContext(ctx, config=TINY).sql(SQL).collect()
+    dctx = DistributedContext(ctx, config=TINY)
+    df = dctx.sql(SQL)
+    assert_ran_on_workers(df, dctx)  # the workers read the bucket with the store sent them
+    df.collect()
     assert [url for url, _, _ in object_stores.stores_of(ctx)] == [f"s3://{BUCKET}"]
     ctx.deregister_object_store("s3://", BUCKET)
     assert object_stores.stores_of(ctx) == []
@@ -202,8 +222,8 @@ def test_worker_setup_supplies_its_own_object_store(s3_endpoint):
     with LocalCluster(2, setup=setup) as c:
         dctx = DistributedContext(ctx, workers=c, config=TINY)
         df = dctx.sql(SQL)
+        assert_ran_on_workers(df, dctx)
         assert_same_rows(df.to_arrow_table(), expected, ordered=False)
-        assert is_distributed(dctx.explain(df))
 
 
 def test_coordinators_never_share_stores_on_a_worker(s3_endpoint, cluster):
@@ -216,5 +236,6 @@ def test_coordinators_never_share_stores_on_a_worker(s3_endpoint, cluster):
             expected["b"].column("s").to_pylist()
         )
         for name, ctx in (("a", a), ("b", b), ("a", a)):
-            got = DistributedContext(ctx, workers=cluster, config=TINY).sql(SQL).to_arrow_table()
+            dctx = DistributedContext(ctx, workers=cluster, config=TINY)
+            got = assert_distributed_equal(ctx, dctx, SQL)
             assert_same_rows(got, expected[name], ordered=False)

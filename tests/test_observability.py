@@ -11,6 +11,7 @@ from conftest import SPLIT_CONFIG, is_distributed
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.progress import ProgressEvent, resolve
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 GROUPED = "SELECT l_returnflag, count(*) AS n FROM lineitem GROUP BY l_returnflag"
 
@@ -42,6 +43,7 @@ def test_metrics_records(ctx):
     with LocalCluster(2) as cluster:
         dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
         df = dctx.sql(GROUPED)
+        assert_ran_on_workers(df, dctx)
         df.collect()
         records = dctx.metrics(df)
         assert records and {r["worker_url"].rstrip("/") for r in records} <= set(cluster.urls)
@@ -51,10 +53,17 @@ def test_metrics_records(ctx):
         assert all(r["output_rows"] is not None for r in records)
         table = dctx.metrics_table(df)
         assert isinstance(table, pa.Table) and table.num_rows == len(records)
-        # the scan stage read every lineitem row once
+        # The last stage's tasks gave each group once.
+        groups = ctx.sql(GROUPED).count()
+        last = max(r["stage"] for r in records)
+        assert sum(r["output_rows"] for r in records if r["stage"] == last) == groups == 3
+        # A scan's tasks gave every lineitem row once, over at least two tasks.
         lineitem_rows = ctx.sql("SELECT count(*) AS c FROM lineitem").to_pylist()[0]["c"]
-        assert sum(r["output_rows"] for r in records) >= 3  # at least the three groups
-        assert lineitem_rows > 0
+        scan = dctx.sql("SELECT l_returnflag FROM lineitem")
+        scan.collect()
+        scanned = dctx.metrics(scan)
+        assert len(scanned) >= 2 and {r["ran_on"] for r in scanned} == {"workers"}, scanned
+        assert sum(r["output_rows"] for r in scanned) == lineitem_rows
 
 
 def test_max_tasks_per_stage_changes_the_plan(ctx):
@@ -76,16 +85,18 @@ def test_set_distributed_option_through_sql(dctx):
 
 
 def test_config_fields_reach_the_planner(ctx):
-    cfg = DistributedConfig(
-        file_scan_config_bytes_per_partition=16 * 1024, compression="zstd", broadcast_joins=False
-    )
-    dctx = DistributedContext(ctx, config=cfg)
+    cfg = DistributedConfig(file_scan_config_bytes_per_partition=16 * 1024, compression="zstd")
     sql = (
-        "SELECT n_name, count(*) AS c FROM nation JOIN supplier ON n_nationkey = s_nationkey "
+        "SELECT n_name, count(*) AS c FROM nation JOIN customer ON n_nationkey = c_nationkey "
         "GROUP BY 1"
     )
+    # The control: with broadcast joins on (the default), this join broadcasts nation to the
+    # tasks scanning customer.
+    control = DistributedContext(ctx, config=cfg)
+    assert "Broadcast" in control.explain(sql), control.explain(sql)
+    dctx = DistributedContext(ctx, config=cfg.replace(broadcast_joins=False))
     assert "Broadcast" not in dctx.explain(sql)
-    assert dctx.sql(sql).count() == ctx.sql(sql).count()
+    assert_distributed_equal(ctx, dctx, sql)
 
 
 def test_progress_callback_receives_stage_events(ctx):

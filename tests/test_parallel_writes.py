@@ -23,8 +23,8 @@ from datafusion_distributed_py import (
     DistributedContext,
     LocalCluster,
     WorkerError,
-    ran_on,
 )
+from datafusion_distributed_py.testing import assert_ran_on_coordinator, assert_ran_on_workers
 
 ROWS = 40_000
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=1)
@@ -76,6 +76,7 @@ def test_a_write_of_one_task_commits_on_its_worker(data, workers, tmp_path, part
     copy = "COPY ({q}) TO '{p}/' STORED AS PARQUET{by}"
     single = ctx.sql(copy.format(q=QUERY, p=theirs, by=by)).to_pylist()
     df = dctx.sql(copy.format(q=QUERY, p=ours, by=by))
+    assert_ran_on_workers(df, dctx)
     assert df.to_pylist() == single
     plan = dctx.explain(df)
     assert is_distributed(plan) and sink_stage_tasks(plan) == 1, plan
@@ -91,6 +92,7 @@ def test_copy_writes_from_every_task(data, workers, tmp_path, fmt):
     copy = "COPY ({q}) TO '{p}/' STORED AS {f}"
     single = ctx.sql(copy.format(q=QUERY, p=theirs, f=fmt)).to_pylist()
     df = dctx.sql(copy.format(q=QUERY, p=ours, f=fmt))
+    assert_ran_on_workers(df, dctx)
     plan = dctx.explain(df)
     assert is_distributed(plan) and sink_stage_tasks(plan) >= 2, plan
     assert df.to_pylist() == single  # the count of rows written
@@ -106,7 +108,9 @@ def test_partitioned_copy(data, workers, tmp_path):
     ours, theirs = tmp_path / "distributed", tmp_path / "single"
     copy = "COPY ({q}) TO '{p}/' STORED AS PARQUET PARTITIONED BY (g)"
     single = ctx.sql(copy.format(q=QUERY, p=theirs)).to_pylist()
-    assert dctx.sql(copy.format(q=QUERY, p=ours)).to_pylist() == single
+    df = dctx.sql(copy.format(q=QUERY, p=ours))
+    assert_ran_on_workers(df, dctx)
+    assert df.to_pylist() == single
     assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
     assert len(writers(ours / "g=g0")) >= 2
     part = pa.schema([("g", pa.string())])
@@ -130,6 +134,7 @@ def test_insert_into_an_external_table(data, workers, tmp_path):
     for _ in range(2):  # append, twice
         single = ctx.sql(f"INSERT INTO theirs {QUERY}").to_pylist()
         df = dctx.sql(f"INSERT INTO ours {QUERY}")
+        assert_ran_on_workers(df, dctx)
         assert sink_stage_tasks(dctx.explain(df)) >= 2
         assert df.to_pylist() == single
     got = ctx.sql("SELECT * FROM ours").to_arrow_table()
@@ -143,6 +148,7 @@ def test_one_file_is_written_by_one_writer_and_explain_says_where(data, workers,
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     target = tmp_path / "one.parquet"
     df = dctx.sql(f"COPY ({QUERY}) TO '{target}' STORED AS PARQUET")
+    assert_ran_on_workers(df, dctx)
     plan = dctx.explain(df)
     assert is_distributed(plan) and sink_stage_tasks(plan) == 0, plan
     n = df.to_pylist()[0]["count"]
@@ -154,15 +160,16 @@ def test_concurrent_writes_do_not_interfere(data, workers, tmp_path):
     ctx = session(data)
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     counts: dict[str, list[dict[str, int]]] = {}
+    wheres = {"a": "SELECT * FROM t WHERE v < 30000", "b": "SELECT * FROM t WHERE v >= 10000"}
+    frames = {}
+    for name, where in wheres.items():
+        frames[name] = dctx.sql(f"COPY ({where}) TO '{tmp_path / name}/' STORED AS PARQUET")
+        assert_ran_on_workers(frames[name], dctx)
 
-    def write(name: str, where: str) -> None:
-        copy = f"COPY ({where}) TO '{tmp_path / name}/' STORED AS PARQUET"
-        counts[name] = dctx.sql(copy).to_pylist()
+    def write(name: str) -> None:
+        counts[name] = frames[name].to_pylist()
 
-    runs = [
-        threading.Thread(target=write, args=("a", "SELECT * FROM t WHERE v < 30000")),
-        threading.Thread(target=write, args=("b", "SELECT * FROM t WHERE v >= 10000")),
-    ]
+    runs = [threading.Thread(target=write, args=(name,)) for name in frames]
     for r in runs:
         r.start()
     for r in runs:
@@ -170,6 +177,7 @@ def test_concurrent_writes_do_not_interfere(data, workers, tmp_path):
     assert counts == {"a": [{"count": 30_000}], "b": [{"count": 30_000}]}
     assert read_back(tmp_path / "a", "parquet").num_rows == 30_000
     assert read_back(tmp_path / "b", "parquet").num_rows == 30_000
+    assert len(writers(tmp_path / "a")) >= 2 and len(writers(tmp_path / "b")) >= 2
 
 
 def test_copy_to_an_object_store(workers):
@@ -185,6 +193,7 @@ def test_copy_to_an_object_store(workers):
         dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
         q = "SELECT g, v FROM t WHERE v % 2 = 0"
         df = dctx.sql(f"COPY ({q}) TO 's3://{BUCKET}/out/' STORED AS PARQUET")
+        assert_ran_on_workers(df, dctx)
         assert sink_stage_tasks(dctx.explain(df)) >= 2
         assert df.to_pylist() == [{"count": 750}]
         got = ctx.read_parquet(f"s3://{BUCKET}/out/").to_arrow_table()
@@ -198,24 +207,58 @@ def test_copy_to_an_object_store(workers):
         assert not [k for k in keys if "/." in k], keys  # moved out of the run's directory
 
 
-def _slowly(a: pa.Array) -> pa.Array:
-    """A UDF taking 0.2 s a batch: a write that runs for several seconds."""
+def _slow_tail(a: pa.Array) -> pa.Array:
+    """A UDF taking 1 s for a batch of the last source file (``v`` from ``3 * ROWS // 4``),
+    no time for the others: the task that reads that file writes for ~10 s, long after the
+    other task staged its file."""
     import time
 
-    time.sleep(0.2)
+    import pyarrow.compute as pc
+
+    if pc.max(a).as_py() >= 3 * ROWS // 4:
+        time.sleep(1.0)
     return a
 
 
-def _slow_session(data: Path) -> SessionContext:
+def _slow_in(pid: int):
+    """A UDF taking 0.5 s a batch in the process ``pid``, no time elsewhere: that worker's task
+    writes for seconds after the other worker's task staged its file."""
+
+    def slowly(a: pa.Array) -> pa.Array:
+        import os
+        import time
+
+        if os.getpid() == pid:
+            time.sleep(0.5)
+        return a
+
+    return slowly
+
+
+def _slow_session(data: Path, slowly) -> SessionContext:
     ctx = session(data)
-    ctx.register_udf(udf(_slowly, [pa.int64()], pa.int64(), "volatile", name="slowly"))
-    ctx.sql("SET datafusion.execution.batch_size = 100").collect()
+    ctx.register_udf(udf(slowly, [pa.int64()], pa.int64(), "volatile", name="slowly"))
     return ctx
 
 
 def _visible(target: Path) -> list[str]:
     """What a reader of ``target`` would find, and what a run left behind."""
     return sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+
+
+def _staged(target: Path, runner: threading.Thread, seconds: float = 30.0) -> list[str]:
+    """Waits (at most ``seconds``) until a task of the write running in ``runner`` has staged
+    a file (in the run's own directory, ``<target>/.dfdpy-<id>/``) and returns those files;
+    asserts that the write is still running then (nothing committed yet)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and runner.is_alive():
+        files = _visible(target) if target.exists() else []
+        if files:
+            assert all(f.startswith(".dfdpy-") for f in files), f"committed already: {files}"
+            assert runner.is_alive(), "the write ended before it could be cut short"
+            return files
+        time.sleep(0.05)
+    raise AssertionError(f"no file staged within {seconds} s (the write ran {runner.is_alive()})")
 
 
 def _settle(target: Path, seconds: float = 5.0) -> list[str]:
@@ -229,42 +272,43 @@ def _settle(target: Path, seconds: float = 5.0) -> list[str]:
 @pytest.mark.slow
 def test_a_worker_killed_mid_write_leaves_no_files(data, tmp_path):
     """A write is never run twice: a worker lost mid-write fails it with a ``WorkerError``
-    naming the worker, and the files the other task wrote are removed."""
-    ctx = _slow_session(data)
+    naming the worker, and the file the other task had staged is removed."""
     target = tmp_path / "out"
     with LocalCluster(2) as cluster:
+        victim, lost = cluster.processes[1], cluster.urls[1]
+        ctx = _slow_session(data, _slow_in(victim.pid))
         dctx = DistributedContext(ctx, workers=cluster, config=SPLIT, progress=False)
         df = dctx.sql(f"COPY (SELECT slowly(v) AS v, g FROM t) TO '{target}/' STORED AS PARQUET")
+        assert_ran_on_workers(df, dctx)
         outcome: list[BaseException | list] = []
         runner = threading.Thread(target=lambda: _record(outcome, df.to_pylist))
         runner.start()
-        time.sleep(2.0)
-        victim, lost = cluster.processes[1], cluster.urls[1]
+        staged = _staged(target, runner)  # the other worker's task is done, the victim's not
         victim.kill()
         runner.join(timeout=60)
         assert not runner.is_alive()
     (got,) = outcome
     assert isinstance(got, WorkerError), got
     assert got.worker_url == lost
-    assert _settle(target) == []
+    assert _settle(target) == [], f"staged before the kill: {staged}"
 
 
 @pytest.mark.slow
 def test_an_interrupt_mid_write_leaves_no_partial_output(data, workers, tmp_path):
-    ctx = _slow_session(data)
+    ctx = _slow_session(data, _slow_tail)
     target = tmp_path / "out"
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     df = dctx.sql(f"COPY (SELECT slowly(v) AS v, g FROM t) TO '{target}/' STORED AS PARQUET")
+    assert_ran_on_workers(df, dctx)
     outcome: list[BaseException | list] = []
     runner = threading.Thread(target=lambda: _record(outcome, df.to_pylist), daemon=True)
     runner.start()
-    time.sleep(2.0)
-    assert runner.is_alive()
+    staged = _staged(target, runner)  # one task is done, the one reading the last file not
     set_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
     assert set_exc(ctypes.c_ulong(runner.ident), ctypes.py_object(KeyboardInterrupt)) == 1
     runner.join(timeout=10)
     assert [type(o) for o in outcome] == [KeyboardInterrupt]
-    assert _settle(target) == []
+    assert _settle(target) == [], f"staged before the interrupt: {staged}"
 
 
 def _record(outcome: list, run) -> None:
@@ -291,7 +335,9 @@ def test_write_methods_of_distributed_frames(data, workers, tmp_path, method, kw
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     ours, theirs = tmp_path / "distributed", tmp_path / "single"
     getattr(ctx.sql(QUERY).filter(col("v") > 10), method)(str(theirs), **kwargs)
-    getattr(dctx.sql(QUERY).filter(col("v") > 10), method)(str(ours), **kwargs)
+    df = dctx.sql(QUERY).filter(col("v") > 10)
+    assert_ran_on_workers(df, dctx)
+    getattr(df, method)(str(ours), **kwargs)
     assert len(writers(ours)) >= 2
     read = {"has_header": kwargs.get("with_header", False)} if fmt == "csv" else {}
     assert_same_rows(read_back(ours, fmt, **read), read_back(theirs, fmt, **read), ordered=False)
@@ -321,7 +367,9 @@ def test_write_options_are_honoured_from_every_task(data, workers, tmp_path, opt
     dctx = DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
     ours, theirs = tmp_path / "distributed", tmp_path / "single"
     ctx.sql(QUERY).write_parquet(str(theirs), write_options=DataFrameWriteOptions(**options))
-    dctx.sql(QUERY).write_parquet(str(ours), write_options=DataFrameWriteOptions(**options))
+    df = dctx.sql(QUERY)
+    assert_ran_on_workers(df, dctx)
+    df.write_parquet(str(ours), write_options=DataFrameWriteOptions(**options))
     partitioned = "partition_by" in options
     if partitioned:  # the same hive directories
         assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
@@ -347,7 +395,9 @@ def test_parquet_writer_options_from_every_task(data, workers, tmp_path):
     )
     ours, theirs = tmp_path / "distributed", tmp_path / "single"
     ctx.sql(QUERY).write_parquet_with_options(str(theirs), options)
-    dctx.sql(QUERY).write_parquet_with_options(str(ours), options)
+    df = dctx.sql(QUERY)
+    assert_ran_on_workers(df, dctx)
+    df.write_parquet_with_options(str(ours), options)
     assert len(writers(ours)) >= 2
     assert_same_rows(read_back(ours, "parquet"), read_back(theirs, "parquet"), ordered=False)
 
@@ -379,10 +429,10 @@ def test_single_file_output_is_one_writer(data, workers, tmp_path):
     ours, theirs = tmp_path / "ours.parquet", tmp_path / "theirs.parquet"
     ctx.sql(QUERY).write_parquet(str(theirs), write_options=one)
     df = dctx.sql(QUERY)
+    assert_ran_on_workers(df, dctx)  # the query itself runs distributed
     df.write_parquet(str(ours), write_options=one)
     assert ours.is_file()
     assert_same_rows(pq.read_table(ours), pq.read_table(theirs), ordered=False)
-    assert ran_on(df) != "coordinator"  # the query itself ran distributed
 
 
 def test_overwrite_raises_as_single_node(data, workers, tmp_path, caplog):
@@ -404,7 +454,11 @@ def test_overwrite_raises_as_single_node(data, workers, tmp_path, caplog):
 
     insert = f"INSERT OVERWRITE x {QUERY}"
     with caplog.at_level(logging.WARNING, logger="datafusion_distributed_py"):
-        ours = error(lambda: dctx.sql(insert).collect())
+        df = dctx.sql(insert)
+        # It cannot be planned, distributed or not: the coordinator runs it, to fail as
+        # single-node does.
+        assert_ran_on_coordinator(df, because="Overwrites are not implemented")
+        ours = error(df.collect)
     assert "runs on the coordinator" in caplog.text  # the fallback says where it runs
     assert ours == error(lambda: ctx.sql(insert).collect())
     over = DataFrameWriteOptions(insert_operation=InsertOp.OVERWRITE)
@@ -422,7 +476,9 @@ def test_copy_into_a_directory_with_files_appends(data, workers, tmp_path):
     ours, theirs = tmp_path / "distributed", tmp_path / "single"
     for _ in range(2):
         ctx.sql(f"COPY ({QUERY}) TO '{theirs}/' STORED AS PARQUET").collect()
-        dctx.sql(f"COPY ({QUERY}) TO '{ours}/' STORED AS PARQUET").collect()
+        df = dctx.sql(f"COPY ({QUERY}) TO '{ours}/' STORED AS PARQUET")
+        assert_ran_on_workers(df, dctx)
+        df.collect()
     back, want = read_back(ours, "parquet"), read_back(theirs, "parquet")
     assert back.num_rows == want.num_rows == 2 * ctx.sql(QUERY).count()
     assert_same_rows(back, want, ordered=False)
@@ -440,7 +496,7 @@ def test_arrow_copy_says_it_runs_single_node(data, workers, tmp_path, caplog):
         df = dctx.sql(f"COPY ({QUERY}) TO '{ours}/' STORED AS ARROW")
         assert df.to_pylist() == single
     assert "Arrow IPC" in caplog.text and "bug report" not in caplog.text
-    assert ran_on(df) == "coordinator"
+    assert_ran_on_coordinator(df, because="Arrow IPC")
 
     def rows(d: Path) -> pa.Table:
         return pa.concat_tables(pa.ipc.open_file(p).read_all() for p in sorted(d.iterdir()))

@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -26,6 +27,7 @@ from datafusion_distributed_py import (
     WorkerError,
 )
 from datafusion_distributed_py.security import ENV_TOKEN_FILE
+from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 RPCS = ("GetWorkerInfo", "ExecuteTask", "CoordinatorChannel")
 JOIN_SQL = (
@@ -104,29 +106,47 @@ def test_wrong_or_missing_token_fails_fast_naming_the_worker(ctx, cluster):
 def test_shuffles_between_token_protected_workers_give_single_node_rows(ctx, cluster):
     dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
     df = dctx.sql(JOIN_SQL)
+    assert_ran_on_workers(df, dctx)
     assert "NetworkShuffleExec" in dctx.explain(df)
     assert_same_rows(df.to_arrow_table(), ctx.sql(JOIN_SQL).to_arrow_table(), ordered=False)
     # Workers pulled from each other, with the token: every worker ran tasks.
     assert {m["worker_url"] for m in dctx.metrics(df)} == set(cluster.urls)
 
 
-def test_local_cluster_is_protected_by_default_and_its_token_stays_secret(ctx, cluster, caplog):
-    token = cluster.security.token
-    for proc in cluster.processes:
-        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
-            assert token.encode() not in f.read()
-    ps = subprocess.run(["ps", "auxww"], capture_output=True, text=True).stdout
-    assert token not in ps
-    with caplog.at_level(logging.DEBUG):
-        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
-        df = dctx.sql(JOIN_SQL)
-        df.collect()
-        shown = [dctx.explain(df), dctx.explain(df, analyze=True), repr(dctx), repr(cluster)]
-        shown += [str(m) for m in dctx.metrics(df)]
-    shown.append(caplog.text)
-    assert all(token not in text for text in shown)
-    for log in cluster.log_dir.glob("*.log"):
-        assert token not in log.read_text()
+class DebugLoggingCluster(LocalCluster):
+    """A ``LocalCluster`` whose workers log at DEBUG: each started with the worker command
+    line's ``--log-level DEBUG`` (LocalCluster takes no log level; its workers log warnings
+    only, which would make a check of their logs vacuous)."""
+
+    def _spawn(self, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        if "--log-level" not in self._options:
+            self._options = [*self._options, "--log-level", "DEBUG"]
+        return super()._spawn(*args, **kwargs)
+
+
+def test_local_cluster_is_protected_by_default_and_its_token_stays_secret(ctx, caplog):
+    with DebugLoggingCluster(2) as cluster:  # secure by default
+        token = cluster.security.token
+        for proc in cluster.processes:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                assert token.encode() not in f.read()
+        ps = subprocess.run(["ps", "auxww"], capture_output=True, text=True).stdout
+        assert token not in ps
+        with caplog.at_level(logging.DEBUG):
+            dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
+            df = dctx.sql(JOIN_SQL)
+            assert_ran_on_workers(df, dctx)
+            df.collect()
+            shown = [dctx.explain(df), dctx.explain(df, analyze=True), repr(dctx), repr(cluster)]
+            shown += [str(m) for m in dctx.metrics(df)]
+        shown.append(caplog.text)
+        assert all(token not in text for text in shown)
+        logs = sorted(cluster.log_dir.glob("*.log"))
+        assert len(logs) == 2
+        for log in logs:
+            text = log.read_text()
+            assert " DEBUG " in text, f"{log.name} holds no debug record: the check is vacuous"
+            assert token not in text
 
 
 def test_cli_worker_reads_its_token_from_a_file_and_logs_no_secret(ctx, tmp_path):
@@ -142,10 +162,14 @@ def test_cli_worker_reads_its_token_from_a_file_and_logs_no_secret(ctx, tmp_path
         ),
     ):
         good = DistributedContext(ctx, workers=[url], security=Security(token="file-token-123"))
-        assert good.sql("SELECT 41 + 1 AS x").to_pylist() == [{"x": 42}]
+        df = good.sql("SELECT 41 + 1 AS x")
+        assert_ran_on_workers(df, good)
+        assert df.to_pylist() == [{"x": 42}]
         with pytest.raises(WorkerError, match="rejected"):
             DistributedContext(ctx, workers=[url]).sql("SELECT 1").collect()
-    assert "file-token-123" not in log.read_text()
+    text = log.read_text()
+    assert " DEBUG " in text, "the worker's log holds no debug record: the check is vacuous"
+    assert "file-token-123" not in text
 
 
 def test_token_from_the_environment(ctx, tmp_path, monkeypatch):
@@ -158,7 +182,9 @@ def test_token_from_the_environment(ctx, tmp_path, monkeypatch):
         with pytest.raises(grpc.RpcError):
             raw_call(url, "GetWorkerInfo")
         dctx = DistributedContext(ctx, workers=[url])
-        assert dctx.sql("SELECT 1 AS one").to_pylist() == [{"one": 1}]
+        df = dctx.sql("SELECT 1 AS one")
+        assert_ran_on_workers(df, dctx)  # it reached the worker, with the token
+        assert df.to_pylist() == [{"one": 1}]
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
@@ -215,7 +241,8 @@ def test_a_worker_can_refuse_pickled_code(ctx):
         got = DistributedContext(ctx, workers=[worker]).sql(sql).to_pylist()
         assert got == [{"d": r["d"] + 1000} for r in expected]
     with Worker(security=security) as trusting:
-        assert DistributedContext(ctx, workers=[trusting]).sql(sql).to_pylist() == expected
+        dctx = DistributedContext(ctx, workers=[trusting])
+        assert assert_distributed_equal(ctx, dctx, sql, stages=False).to_pylist() == expected
 
 
 @pytest.mark.slow
@@ -243,6 +270,7 @@ def test_tls_cluster_gives_single_node_rows(ctx, tls_cluster):
     assert all(url.startswith("https://") for url in tls_cluster.urls)
     dctx = DistributedContext(ctx, workers=tls_cluster, config=SPLIT_CONFIG)
     df = dctx.sql(JOIN_SQL)
+    assert_ran_on_workers(df, dctx)
     assert "NetworkShuffleExec" in dctx.explain(df)
     assert_same_rows(df.to_arrow_table(), ctx.sql(JOIN_SQL).to_arrow_table(), ordered=False)
     # An independent TLS client checks the certificate against the CA and needs the token.
@@ -277,6 +305,7 @@ def test_plain_tls_workers_trust_each_other_with_the_ca(ctx, tmp_path):
         dctx = DistributedContext(ctx, workers=[url, url2], security=coordinator,
                                   config=SPLIT_CONFIG)  # fmt: skip
         df = dctx.sql(JOIN_SQL)
+        assert_ran_on_workers(df, dctx)
         assert "NetworkShuffleExec" in dctx.explain(df)
         assert_same_rows(df.to_arrow_table(), ctx.sql(JOIN_SQL).to_arrow_table(), ordered=False)
         assert raw_call(url, "GetWorkerInfo", sec.token, tls=coordinator)
@@ -316,9 +345,7 @@ def test_mutual_tls_refuses_a_client_without_certificate(ctx, tmp_path):
     with cli_worker(*args) as (_, url), cli_worker(*args) as (_, url2):
         assert url.startswith("https://")
         dctx = DistributedContext(ctx, workers=[url, url2], security=sec, config=SPLIT_CONFIG)
-        assert_same_rows(
-            dctx.sql(JOIN_SQL).to_arrow_table(), ctx.sql(JOIN_SQL).to_arrow_table(), ordered=False
-        )
+        assert_distributed_equal(ctx, dctx, JOIN_SQL)
         no_cert = Security(token=sec.token, tls_ca=sec.tls_ca)
         start = time.monotonic()
         with pytest.raises(WorkerError) as err:

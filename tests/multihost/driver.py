@@ -9,7 +9,10 @@ happened as one JSON line (the test, on the machine's own namespace, cannot reac
 * ``tpch``: every TPC-H query against single-node on the same files, and whether it ran
   distributed;
 * ``slow``: a query that runs for seconds; prints ``RUNNING`` once its tasks run, so that the
-  test can take a worker host away, then how it ended and how long it took;
+  test can take a worker host away, then how it ended and how long it took: ``WorkerError``
+  (with the worker it names), ``retried`` (single-node's rows, and the metrics show a run
+  after the first, with the workers of each run), or a failure: ``not retried`` when the
+  rows came from the first run alone (the fault landed after the query's work);
 * ``dashboard``: serves the dashboard on this host and reads its status back over HTTP;
 * ``bench``: times queries per compression, with the bytes their shuffles moved
   (``benchmarks/multihost.py``).
@@ -103,7 +106,12 @@ def run_slow(job: dict[str, Any]) -> dict[str, Any]:
         try:
             got = df.to_arrow_table()
             assert_same_rows(got, expected, ordered=False)
-            outcome["result"] = "equal"
+            # Right rows prove nothing of the fault unless it made the query run again.
+            runs: dict[int, set[str]] = {}
+            for m in dctx.metrics(df):
+                runs.setdefault(m["attempt"], set()).add(m["worker_url"])
+            outcome["workers_by_attempt"] = {a: sorted(w) for a, w in sorted(runs.items())}
+            outcome["result"] = "retried" if max(runs) >= 2 else "not retried"
         except WorkerError as e:
             outcome.update(result="WorkerError", worker_url=e.worker_url, error=str(e)[:4000])
         except Exception as e:  # anything else is a failure the test reports
