@@ -38,6 +38,10 @@ INDEPENDENT: dict[str, dict[str, str]] = {
         "test_local_cluster_runs_setup_in_each_worker": "a cluster's start, no query",
         "test_bad_setup_fails_cluster_start_with_the_log": "a cluster's start, no query",
         "test_console_script_help": "the worker CLI's help",
+        "test_orphaned_workers_exit_when_parent_is_killed": "workers' lifetime, no query",
+        "test_exit_while_a_daemon_thread_runs_a_query": (
+            "its query runs in a child interpreter, which the switch does not reach"
+        ),
         "test_examples_localhost_worker_and_distributed_run": (
             "the examples run in processes of their own, which the switch does not reach"
         ),

@@ -139,11 +139,12 @@ impl Query {
         worker_lost(&lost, FailureKind::Died, format!("died ({cause})"))
     }
 
-    /// `err`, a lost worker's failure, as the query's own error when the worker it names (and
-    /// every other) still answers; None when a worker is really lost (or `err` is no such
-    /// failure), so that the run may be retried.
+    /// `err`, a worker called dead (its stream reset or closed), as the query's own error
+    /// when that worker and every other still answer; None when a worker is really lost (or
+    /// `err` says something else: a worker that lost a peer names the peer), so that the run
+    /// may be retried.
     pub async fn failed_while_alive(&self, err: &DataFusionError) -> Option<DataFusionError> {
-        let failure = as_worker_failure(err).filter(|f| f.lost())?;
+        let failure = as_worker_failure(err).filter(|f| f.kind == FailureKind::Died)?;
         let worker = failure.worker.clone()?;
         let planner = Arc::clone(&self.planner);
         let named = worker.clone();
