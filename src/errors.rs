@@ -213,11 +213,17 @@ impl std::error::Error for RaisedOnWorker {}
 /// Whether `err` is the connection to a worker failing (as opposed to an error of the query,
 /// which a worker sends back encoded and the crate decodes to its own kind).
 fn is_transport(err: &DataFusionError) -> bool {
-    external(err).is_some_and(|e| {
-        e.is::<tonic::Status>()
-            || e.is::<arrow_flight::error::FlightError>()
-            || e.is::<tonic::transport::Error>()
-            || e.is::<std::io::Error>()
+    use arrow_flight::error::FlightError;
+    external(err).is_some_and(|e| match e.downcast_ref::<FlightError>() {
+        // Batches that arrived but do not read as the stream's schema (a type the plan's
+        // encoding changed) are the query's own error, not a broken connection.
+        Some(
+            FlightError::Arrow(_) | FlightError::DecodeError(_) | FlightError::ProtocolError(_),
+        ) => false,
+        Some(_) => true,
+        None => {
+            e.is::<tonic::Status>() || e.is::<tonic::transport::Error>() || e.is::<std::io::Error>()
+        }
     })
 }
 

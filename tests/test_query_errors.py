@@ -18,9 +18,10 @@ def cluster():
 
 
 def test_a_stream_broken_by_the_query_is_not_a_dead_worker(cluster):
-    """A ``large_list`` literal breaks the worker's result stream under DataFusion 55 (its
-    plan serialisation reads the literal back as a ``list``): the query fails or answers, but
-    the workers stay up, nothing is retried, and no worker is called dead."""
+    """A ``large_list`` literal's batches do not read back at the coordinator under DataFusion
+    55 (the stream decodes them with another offset width): the query fails with that error,
+    naming the worker, or answers; the workers stay up, nothing is retried, and no worker is
+    called dead."""
     ctx = SessionContext()
     ctx.from_pydict({"a": [1, 2, 3]}, name="t")
     dctx = DistributedContext(ctx, workers=cluster, progress=False)
@@ -34,7 +35,8 @@ def test_a_stream_broken_by_the_query_is_not_a_dead_worker(cluster):
     except WorkerError as e:
         pytest.fail(f"a live worker was reported as {e.kind}: {e}")
     except Exception as e:  # the query's own error, naming the worker it failed on
-        assert "the query itself failed" in str(e) and "http://127.0.0.1:" in str(e), str(e)
+        assert "http://127.0.0.1:" in str(e), str(e)
+        assert "died" not in str(e) and "connection reset" not in str(e), str(e)
     else:
         assert got == single
     assert [p.pid for p in cluster.processes] == pids

@@ -114,7 +114,9 @@ def test_a_sorted_partitioned_write_keeps_its_order_in_each_directory(files, wor
     frame = lambda c: c.table("t").select(col("a"), col("b"), (col("a") % 3).alias("p"))  # noqa: E731
     options = DataFrameWriteOptions(partition_by="p", sort_by=col("b"))
     frame(ctx).write_parquet(str(tmp_path / "theirs"), write_options=options)
-    frame(dctx).write_parquet(str(tmp_path / "ours"), write_options=options)
+    ours = frame(dctx)
+    assert_ran_on_workers(ours, dctx)
+    ours.write_parquet(str(tmp_path / "ours"), write_options=options)
     for part in sorted(p.name for p in (tmp_path / "theirs").iterdir()):
         want = ctx.read_parquet(str(tmp_path / "theirs" / part)).to_pydict()
         assert ctx.read_parquet(str(tmp_path / "ours" / part)).to_pydict() == want
