@@ -75,7 +75,7 @@ def as_copy(
 ) -> Copy | None:
     """The ``COPY`` that writes ``frame`` as the options say, or None when the coordinator
     writes it (``single_file_output``, an insert operation other than append, options whose
-    arguments are unknown)."""
+    arguments are unknown); a sorted write never comes here (:func:`without_sort`)."""
     if write_options is None:
         return Copy(frame, options)
     args = getattr(write_options, _ARGS, None)
@@ -89,8 +89,6 @@ def as_copy(
         partition_by = (partition_by,)
     if not all(_PLAIN_NAME.fullmatch(c) for c in partition_by):
         return None  # COPY's PARTITIONED BY takes names as written, unquoted
-    if args.get("sort_by") is not None:
-        return None
     return Copy(frame, options, tuple(partition_by))
 
 

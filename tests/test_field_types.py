@@ -48,16 +48,16 @@ def test_metadata_set_then_read_in_one_plan_verbatim(both):
     assert distributed.to_pydict() == single
 
 
-MADE: dict[str, Callable[[SessionContext, SessionContext | DistributedContext], DataFrame]] = {
-    "table": lambda ctx, c: _metadata_read_back(c.table("t")),
-    "sql": lambda ctx, c: _metadata_read_back(c.sql("SELECT a, b FROM t WHERE a > 0")),
+MADE: dict[str, Callable[[SessionContext | DistributedContext], DataFrame]] = {
+    "table": lambda c: _metadata_read_back(c.table("t")),
+    "sql": lambda c: _metadata_read_back(c.sql("SELECT a, b FROM t WHERE a > 0")),
 }
 
 
 @pytest.mark.parametrize("made", MADE)
 def test_metadata_read_by_an_outer_function_and_kept_in_the_result(both, made):
     ctx, dctx = both
-    got = assert_distributed_equal(ctx, dctx, lambda c: MADE[made](ctx, c), stages=False)
+    got = assert_distributed_equal(ctx, dctx, MADE[made], stages=False)
     assert got.column("u").to_pylist() == ["ms", "ms", "ms"]
     kept = dctx.table("t").select(f.with_metadata(col("b"), {"unit": "ms"}).alias("b"))
     assert kept.to_arrow_table().schema.field("b").metadata == {b"unit": b"ms"}

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import session_over
 from datafusion import (
     DataFrame,
     DataFrameWriteOptions,
@@ -41,12 +42,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _distributed(ctx: SessionContext, dctx: DistributedContext | None, files: Path) -> DataFrame:
+    """A DataFrame-API frame of ``ctx``, passed through ``dctx.distribute`` (single-node
+    without a ``dctx``)."""
+    frame = ctx.read_parquet(str(files))
+    return frame if dctx is None else dctx.distribute(frame)
+
+
 #: How the frame to write is made: through ``dctx.distribute`` of a DataFrame-API frame, or by
-#: the distributed context's own makers.
+#: the distributed context's own makers (single-node ``ctx``'s when ``dctx`` is None).
 MAKERS: dict[str, Callable[[SessionContext, DistributedContext | None, Path], DataFrame]] = {
-    "distribute": lambda ctx, dctx, files: (lambda df: df if dctx is None else dctx.distribute(df))(
-        ctx.read_parquet(str(files))
-    ),
+    "distribute": _distributed,
     "table": lambda ctx, dctx, files: (dctx or ctx).table("t"),
     "read_parquet": lambda ctx, dctx, files: (dctx or ctx).read_parquet(str(files)),
 }
@@ -55,8 +61,7 @@ MAKERS: dict[str, Callable[[SessionContext, DistributedContext | None, Path], Da
 def contexts(
     files: Path, workers: LocalCluster | None
 ) -> tuple[SessionContext, DistributedContext]:
-    ctx = SessionContext()
-    ctx.register_parquet("t", str(files))
+    ctx = session_over(files)
     return ctx, DistributedContext(ctx, workers=workers, config=SPLIT, progress=False)
 
 

@@ -142,13 +142,13 @@ impl ExecutionPlan for DistributedRootExec {
                         run.delivered = true;
                         return Some((Ok(batch), run));
                     }
-                    Some(Err(e)) if is_worker_lost(&e) && !run.delivered => {
+                    Some(Err(e)) => {
                         // Not retried, nor called a dead worker, while every worker answers.
-                        if let Some(own) = run.query.failed_while_alive(&e).await {
-                            run.done = true;
-                            return Some((Err(run.query.failed(own)), run));
-                        }
-                        if run.may_retry(&e) {
+                        let own = match is_worker_lost(&e) && !run.delivered {
+                            true => run.query.failed_while_alive(&e).await,
+                            false => None,
+                        };
+                        if own.is_none() && run.may_retry(&e) {
                             if let Err(again) = run.next_run(&e).await {
                                 run.done = true;
                                 return Some((Err(run.query.failed(again)), run));
@@ -156,18 +156,10 @@ impl ExecutionPlan for DistributedRootExec {
                             continue;
                         }
                         run.done = true;
-                        let e = run.query.name_lost_peer(e).await;
-                        return Some((Err(run.query.failed(e)), run));
-                    }
-                    Some(Err(e)) if run.may_retry(&e) => {
-                        if let Err(again) = run.next_run(&e).await {
-                            run.done = true;
-                            return Some((Err(run.query.failed(again)), run));
-                        }
-                    }
-                    Some(Err(e)) => {
-                        run.done = true;
-                        let e = run.query.name_lost_peer(e).await;
+                        let e = match own {
+                            Some(own) => own,
+                            None => run.query.name_lost_peer(e).await,
+                        };
                         return Some((Err(run.query.failed(e)), run));
                     }
                     None => {
