@@ -97,6 +97,21 @@ class Coordinator:
         ``datafusion.*`` and ``distributed.*`` settings; ``progress`` is called with
         ``(stage, done, total, worker_url)``.
         """
+    def keep(
+        self,
+        name: str,
+        plan_bytes: bytes,
+        codec: object,
+        options: dict[str, str],
+        stores: Sequence[_StoreSpec] = ...,
+        progress: Callable[..., None] | None = None,
+        session: object | None = None,
+        min_workers: int = 1,
+        max_retries: int = 1,
+        table_scans: Sequence[bytes] = ...,
+    ) -> KeptTable:
+        """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
+        compute it, as the kept table ``name``."""
 
 #: ``(metric, value, timestamp_ns, partition, labels)``
 _MetricRow = tuple[str, int | None, int | None, int | None, dict[str, str]]
@@ -235,6 +250,28 @@ def check_health(url: str, security: CoreSecurity | None = None, timeout: float 
 def planner_defaults() -> dict[str, str]:
     """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""
     ...
+
+def create_table_as(sql: str, session: Any) -> tuple[str, str, bool, bool] | None:
+    """``(table, query, or_replace, if_not_exists)`` when ``sql`` is one ``CREATE TABLE ... AS
+    <query>``; None for anything else."""
+    ...
+
+def kept_tables() -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """Every kept table of this process still held: ``(id, name, shares)``."""
+    ...
+
+@final
+class KeptTable:
+    """A result kept on the workers that computed it: a table provider for ``ctx``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    def shares(self) -> list[dict[str, Any]]:
+        """Where its rows are: ``holder``, ``parts``, ``rows``, ``bytes``, ``on_disk_bytes``."""
+        ...
+    def __datafusion_table_provider__(self, session: Any) -> object: ...
 
 def distributed_setting(sql: str, session: Any) -> tuple[str, str] | None:
     """``(key, value)`` when ``sql`` is one ``SET distributed.<key> = <value>`` statement, as

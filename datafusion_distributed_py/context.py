@@ -233,6 +233,9 @@ class DistributedContext:
         if setting is not None:
             self._config = self._config.with_option(*setting)
             return self._ctx.sql("SELECT 1 WHERE false")  # an empty result, like SET
+        create = _internal.create_table_as(query, self._ctx)
+        if create is not None:
+            return self._create_table_as(query, *create)
         df = self._ctx.sql(query)
         plan = df.logical_plan()
         variant = plan.to_variant()
@@ -504,19 +507,35 @@ class DistributedContext:
         try:
             return self._plan(df, feed)
         except UnsupportedPlanError as e:
-            reason = readable_reason(str(e))
-            if reason != str(e):
-                _log.debug("the full reason this query cannot be distributed: %s", e)
-            if self._config.fallback == "error":
-                if isinstance(e, UnsupportedTableError) and reason == str(e):
-                    raise
-                if not reason.startswith("this query cannot be distributed"):
-                    reason = f"this query cannot be distributed: {reason}"
-                raise UnsupportedTableError(reason) from e
+            return self._source_error(e, df)
+
+    def _source_error(self, e: UnsupportedPlanError, df: DataFrame) -> Fallback:
+        """The fallback ``e`` calls for, warned about; raised instead under
+        ``fallback="error"``."""
+        reason = readable_reason(str(e))
+        if reason != str(e):
+            _log.debug("the full reason this query cannot be distributed: %s", e)
+        if self._config.fallback == "error":
+            if isinstance(e, UnsupportedTableError) and reason == str(e):
+                raise e
+            if not reason.startswith("this query cannot be distributed"):
+                reason = f"this query cannot be distributed: {reason}"
+            raise UnsupportedTableError(reason) from e
         _log.warning("this query runs on the coordinator, single-node: %s", reason)
         return Fallback(reason, df)
 
     def _plan(self, df: DataFrame, feed: Feed) -> _internal.DistributedPlan:
+        fresh, request = self._request(df, feed)
+        writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
+        plan = self._coordinator.distribute(
+            **request, writes=writes, live_interval=self._config.progress_interval
+        )
+        _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
+        return plan
+
+    def _request(self, df: DataFrame, feed: Feed) -> tuple[DataFrame, dict[str, Any]]:
+        """``df`` re-created under our settings, and what the core plans it from
+        (``Coordinator.distribute`` and ``keep``'s arguments)."""
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
         # A DataFrame plans with the settings of its creation: re-create it under ours.
@@ -530,9 +549,8 @@ class DistributedContext:
         except Exception as e:  # the query's own error: single-node gives it when it runs
             cause = str(e).splitlines()[0]
             raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
-        writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
-        # Plans reading lakehouse tables go through the twin carrying their scans' codec.
-        wire = self._wire if _reads_snapshots(physical) else self._ctx
+        # Plans reading lakehouse or kept tables go through the twin carrying their codec.
+        wire = self._wire if _reads_our_leaves(physical) else self._ctx
         try:
             plan_bytes = physical.to_bytes(wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
@@ -541,14 +559,46 @@ class DistributedContext:
         table_scans = _text_file_scans(physical, fresh)
         stores = object_stores.stores_of(self._ctx)
         report = progress_mod.to_rust(feed)
-        cfg = self._config
-        plan = self._coordinator.distribute(
-            plan_bytes, codec, options, stores, report, session=wire,
-            min_workers=cfg.min_workers, max_retries=cfg.max_retries, writes=writes,
-            live_interval=cfg.progress_interval, table_scans=table_scans,
-        )  # fmt: skip
-        _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
-        return plan
+        request = {
+            "plan_bytes": plan_bytes, "codec": codec, "options": options, "stores": stores,
+            "progress": report, "session": wire, "min_workers": self._config.min_workers,
+            "max_retries": self._config.max_retries, "table_scans": table_scans,
+        }  # fmt: skip
+        return fresh, request
+
+    def _keep(self, df: DataFrame, name: str) -> _internal.KeptTable | None:
+        """``df``'s result kept on the workers that compute it, as the kept table ``name``;
+        None when ``df`` runs single-node (the fallback, warned about as for any query)."""
+        feed = Feed(f"keep {name}: {_describe(df)}", (self, self._workers), self._progress)
+        try:
+            _, request = self._request(df, feed)
+            return self._coordinator.keep(name, **request)
+        except UnsupportedPlanError as e:
+            self._source_error(e, df)  # warns, or raises under fallback="error"
+            return None
+
+    def _cache(self, df: DataFrame, sql: str) -> DataFrame:
+        """``df.cache()`` of a distributed frame: its result kept on the workers, and a frame
+        reading it there (single-node's ``cache()`` when the query runs single-node)."""
+        kept = self._keep(df, f"cache of {sql}")
+        if kept is None:
+            return self._distribute(df.cache(), f"{sql} \u2192 cache()")
+        return self._lazy(self._ctx.read_table(kept), f"{sql} \u2192 cache()")
+
+    def _create_table_as(
+        self, sql: str, name: str, select: str, or_replace: bool, if_not_exists: bool
+    ) -> DataFrame:
+        """``CREATE [OR REPLACE] TABLE name [IF NOT EXISTS] AS select``: the result kept on the
+        workers and ``name`` registered on ``ctx`` as a table reading it there."""
+        if self._ctx.table_exist(name) and not or_replace:
+            return self._ctx.sql(sql)  # single-node's error, or nothing (IF NOT EXISTS)
+        kept = self._keep(self._ctx.sql(select), name)
+        if kept is None:
+            return self._ctx.sql(sql)
+        if self._ctx.table_exist(name):
+            self._ctx.deregister_table(name)
+        self._ctx.register_table(name, kept)
+        return self._ctx.sql("SELECT 1 WHERE false")  # an empty result, as ctx.sql's
 
     def _explain_frame(self, query: DataFrame, analyze: bool) -> DataFrame:
         text = self.explain(query, analyze=analyze)
@@ -777,16 +827,20 @@ def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
     return tables
 
 
-def _reads_snapshots(physical: ExecutionPlan) -> bool:
-    """Whether ``physical`` scans a lakehouse table (its foreign leaf, ``SnapshotScanExec``,
-    by the node's own one-line display: datafusion-python 55 gives no node type)."""
+def _reads_our_leaves(physical: ExecutionPlan) -> bool:
+    """Whether ``physical`` scans a lakehouse or kept table (their foreign leaves,
+    ``SnapshotScanExec`` and ``KeptScanExec``, by the node's own one-line display:
+    datafusion-python 55 gives no node type)."""
     pending = [physical]
     while pending:
         node = pending.pop()
-        if node.display().startswith("FFI_ExecutionPlan: SnapshotScanExec"):
+        if node.display().startswith(_OUR_LEAVES):
             return True
         pending.extend(node.children())
     return False
+
+
+_OUR_LEAVES = ("FFI_ExecutionPlan: SnapshotScanExec", "FFI_ExecutionPlan: KeptScanExec")
 
 
 def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:

@@ -261,6 +261,13 @@ def _reads_a_whole_table(df: DataFrame) -> bool:
     return isinstance(node, TableScan) and not node.filters() and node.fetch() is None
 
 
+def _cache(df: DataFrame) -> DataFrame:
+    """The result kept where the workers compute it, and a frame reading it there: later
+    queries on it carry a reference to it, not its rows."""
+    twin, owner, sql = _lineage_of(df)
+    return owner._cache(twin, sql)
+
+
 def _show(df: DataFrame, num: int = 20) -> None:
     """As single-node's ``show``: the first ``num`` rows, the limit inside the distributed
     plan so that the workers' scans stop early."""
@@ -463,9 +470,9 @@ _DIRECT: dict[str, Callable[[DataFrame, _internal.DistributedPlan], Any]] = {
 }
 
 #: Methods that build on what the frame's result holds, run on the frame itself (the result
-#: read from the workers), their own result distributed again: ``describe`` and ``cache``
-#: run the query; ``transform`` calls the user's function with the distributed frame.
-_ON_RESULT = frozenset({"describe", "cache", "transform"})
+#: read from the workers), their own result distributed again: ``describe`` runs the query;
+#: ``transform`` calls the user's function with the distributed frame.
+_ON_RESULT = frozenset({"describe", "transform"})
 
 #: Methods that read the frame's plan rather than its result: the single-node twin answers,
 #: as single-node would (``col``/``column`` qualify columns as the twin's steps expect).
@@ -476,6 +483,7 @@ _ON_TWIN = frozenset({
 
 #: Terminal methods planned as single-node plans them, so that the work stays on the workers.
 _COMPOSED: dict[str, Callable[..., Any]] = {
+    "cache": _cache,
     "count": _count,
     "show": _show,
     "tail": _tail,
@@ -532,6 +540,8 @@ class Distributor(Protocol):
     def _plans_at_once(self) -> bool: ...
 
     def _copy(self, copy: write_options.Copy, path: str, stored_as: str) -> None: ...
+
+    def _cache(self, df: DataFrame, sql: str) -> DataFrame: ...
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -94,10 +95,12 @@ class QueryRecord:
         )
 
     def plan(self) -> str | None:
-        """The distributed plan of a finished run, with its metrics (None otherwise)."""
-        if self._plan_text is None and self.state != "running" and self.source is not None:
+        """The distributed plan of a finished run, with its metrics (None otherwise, or once
+        the frame that ran it is gone: a record never keeps a plan, nor the data in it)."""
+        source = self.source() if self.source is not None else None
+        if self._plan_text is None and self.state != "running" and source is not None:
             try:
-                self._plan_text = self.source.display(format="text", analyze=True)
+                self._plan_text = source.display(format="text", analyze=True)
             except Exception as e:  # a run that failed before any task: no metrics
                 self._plan_text = f"(no plan with metrics: {e})"
         return self._plan_text
@@ -125,7 +128,9 @@ class Monitor:
         self, sql: str, ran_on: str, owners: tuple[object, ...], source: Any = None
     ) -> QueryRecord:
         tags = frozenset(id(o) for o in owners if o is not None)
-        record = QueryRecord(next(self._ids), sql, ran_on, tags, source=source)
+        # A weak reference: the record outlives the frame, and a plan can hold rows.
+        ref = weakref.ref(source) if source is not None else None
+        record = QueryRecord(next(self._ids), sql, ran_on, tags, source=ref)
         with self._lock:
             self._running[record.id] = record
         return record

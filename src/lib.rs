@@ -8,6 +8,7 @@
 //! * [`worker`]: runs in worker processes (and in the embedded cluster): serves tasks.
 //! * [`protocol`]: how the two reach each other: gRPC channels, in-process channels, worker URLs.
 //! * [`codec`]: how plans travel: fragment and session codecs.
+//! * [`kept`]: results a user keeps, held by the workers that computed them.
 //! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_nodes`]: what every plan node of ours has alike (tree walking and rebuilding).
@@ -27,6 +28,7 @@ mod checks;
 mod codec;
 mod coordinator;
 mod errors;
+mod kept;
 mod leaves;
 mod object_stores;
 mod plan_nodes;

@@ -20,7 +20,7 @@ mod task_log;
 mod tracking;
 
 pub use operator_metrics::operator_metrics;
-pub use planner::{ClusterPlanner, PlanRequest};
+pub use planner::{ClusterPlanner, PlanRequest, Planned, Role};
 pub use stage_graph::stage_graph;
 pub use table::DistributedTable;
 pub use task_log::{ProgressSink, ProgressUpdate, TaskRecord};

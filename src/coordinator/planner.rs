@@ -33,6 +33,7 @@ use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable, FailureKind,
 };
+use crate::kept;
 use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::plan_rewrites::{self, CompressedTable};
@@ -61,7 +62,7 @@ pub struct PlanRequest {
     pub progress: Option<Arc<dyn ProgressSink>>,
     /// What must live as long as the plan: the session the codec reaches through a weak FFI
     /// reference (the Python `SessionContext`).
-    pub keep_alive: Option<Box<dyn std::any::Any + Send + Sync>>,
+    pub keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Fewer usable workers than this fails the query.
     pub min_workers: usize,
     /// Runs of the query after the first when a worker is lost before the first batch.
@@ -71,6 +72,48 @@ pub struct PlanRequest {
     /// How often running tasks' rows are asked for while a progress callback listens (zero:
     /// never; progress then moves as tasks end).
     pub live_interval: std::time::Duration,
+    /// What the run is for: a query's rows, rows kept on the workers, or our own work.
+    pub role: Role,
+}
+
+/// What a run of a [`PlanRequest`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The query's rows, to the caller.
+    Query,
+    /// The query's rows kept where its last stage computes them, as this kept table's parts.
+    Keep(uuid::Uuid),
+    /// A plan of our own nodes (reading kept parts back, freeing them) that names its parts.
+    Internal,
+}
+
+impl PlanRequest {
+    /// This request, run to keep its rows as kept table `table`'s parts.
+    pub fn keeping(&self, table: uuid::Uuid) -> Self {
+        let mut kept = self.running(self.plan_bytes.clone());
+        kept.compressed_tables = self.compressed_tables.clone();
+        kept.role = Role::Keep(table);
+        kept
+    }
+
+    /// A request for `plan_bytes` (encoded with this request's codec) with its settings, and
+    /// no progress: our own work.
+    pub fn running(&self, plan_bytes: Vec<u8>) -> Self {
+        Self {
+            plan_bytes,
+            compressed_tables: Vec::new(),
+            codec: Arc::clone(&self.codec),
+            options: self.options.clone(),
+            stores: self.stores.clone(),
+            progress: None,
+            keep_alive: self.keep_alive.clone(),
+            min_workers: self.min_workers,
+            max_retries: self.max_retries,
+            writes: false,
+            live_interval: std::time::Duration::ZERO,
+            role: Role::Internal,
+        }
+    }
 }
 
 /// A distributed plan and the task context (resolvers, codecs, object stores) it runs with.
@@ -84,6 +127,8 @@ pub struct Planned {
     /// The query's row count when its statistics know it exactly (what single-node's
     /// `count()` answers from, without running anything).
     pub exact_rows: Option<usize>,
+    /// For a run that keeps its rows: their schema (the plan's own is the tasks' summary).
+    pub kept_schema: Option<datafusion::arrow::datatypes::SchemaRef>,
 }
 
 pub struct ClusterPlanner {
@@ -125,6 +170,10 @@ impl ClusterPlanner {
     /// How each worker is doing: memory, CPU, running tasks, or why it does not answer.
     pub async fn worker_status(&self) -> Result<Vec<WorkerStatus>> {
         Ok(self.observer.status(&self.urls()?).await)
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.cluster, Cluster::Embedded(_))
     }
 
     pub fn urls(&self) -> Result<Vec<Url>> {
@@ -175,18 +224,27 @@ impl ClusterPlanner {
     /// `attempt` counts the runs of this query (1 for the first). Scalar subqueries run while
     /// planning: a worker lost meanwhile is left out and planning starts again, up to
     /// `max_retries` times.
-    pub async fn plan(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
-        let mut retries = if req.writes { 0 } else { req.max_retries };
-        loop {
-            match self.plan_once(req, attempt).await {
-                Err(e) if retries > 0 && is_worker_lost(&e) => {
-                    log::warn!("{e}: planning the query again on the workers left");
-                    self.find_lost().await;
-                    retries -= 1;
+    ///
+    /// A boxed `Send` future: planning can run a query first (a kept table's parts made again),
+    /// which plans in its turn, and a recursive future must name its type.
+    pub fn plan<'a>(
+        &'a self,
+        req: &'a PlanRequest,
+        attempt: usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Planned>> + Send + 'a>> {
+        Box::pin(async move {
+            let mut retries = if req.writes { 0 } else { req.max_retries };
+            loop {
+                match self.plan_once(req, attempt).await {
+                    Err(e) if retries > 0 && is_worker_lost(&e) => {
+                        log::warn!("{e}: planning the query again on the workers left");
+                        self.find_lost().await;
+                        retries -= 1;
+                    }
+                    planned => return planned,
                 }
-                planned => return planned,
             }
-        }
+        })
     }
 
     async fn plan_once(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
@@ -218,6 +276,9 @@ impl ClusterPlanner {
                         e.to_string().lines().next().unwrap_or_default()
                     ))
                 })?;
+        if req.role != Role::Internal {
+            plan = kept::resolve(plan, &urls, self.is_embedded()).await?;
+        }
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = restore_field_metadata(plan)?;
         checks::check_nothing_lost(&plan)?;
@@ -241,7 +302,12 @@ impl ClusterPlanner {
                 .await
                 .map_err(subquery_failed)?;
         }
-        let plan = plan_rewrites::prepare(plan, state.config_options())?;
+        let mut plan = plan_rewrites::prepare(plan, state.config_options())?;
+        let mut kept_schema = None;
+        if let Role::Keep(table) = req.role {
+            kept_schema = Some(plan.schema());
+            plan = kept::keep_on_workers(plan, table, urls.clone());
+        }
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");
         Ok(Planned {
@@ -250,6 +316,7 @@ impl ClusterPlanner {
             log,
             workers: resolved,
             exact_rows,
+            kept_schema,
         })
     }
 
@@ -282,6 +349,7 @@ impl ClusterPlanner {
         cfg.set_distributed_user_codec_arc(codec);
         cfg.set_distributed_desired_task_count_handler(leaves::desired_task_count);
         cfg.set_distributed_scale_up_leaf_node_handler(leaves::scale_up);
+        cfg.set_distributed_route_tasks_handler(kept::route_tasks);
         apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));
         settle_compression(&mut cfg, &urls, embedded);

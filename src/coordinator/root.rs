@@ -82,7 +82,10 @@ struct Attempt {
 impl Attempt {
     /// Whether `err` may be answered by running the query again.
     fn may_retry(&self, err: &DataFusionError) -> bool {
-        !self.delivered && self.attempt <= self.query.max_retries() && is_worker_lost(err)
+        // A kept table's part missing on its holder (restarted since): made again, then rerun.
+        !self.delivered
+            && self.attempt <= self.query.max_retries()
+            && (is_worker_lost(err) || crate::kept::mark_stale(err))
     }
 
     /// Plans and starts the next run of the query, for this partition.

@@ -27,13 +27,16 @@ pub fn desired_task_count(
 ) -> Option<Result<DesiredTaskCountEventResponse>> {
     let options = ev.session_config.options();
     let tasks = memory_tables::task_count(ev.plan, options)
-        .or_else(|| compressed_files::task_count(ev.plan, options))?;
+        .or_else(|| compressed_files::task_count(ev.plan, options))
+        .or_else(|| crate::kept::task_count(ev.plan))?;
     Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
 }
 
 /// The planner's handler that gives each task of a leaf's stage its own share.
 pub fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
-    memory_tables::scale_up(ev).or_else(|| compressed_files::scale_up(ev))
+    memory_tables::scale_up(ev)
+        .or_else(|| compressed_files::scale_up(ev))
+        .or_else(|| crate::kept::scale_up(ev))
 }
 
 /// The tasks `scan` will be split into without `dynamic_task_count`: ours, or the crate's rule
@@ -41,6 +44,7 @@ pub fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventR
 pub fn task_count(scan: &Arc<dyn ExecutionPlan>, options: &ConfigOptions) -> Option<usize> {
     memory_tables::task_count(scan, options)
         .or_else(|| compressed_files::task_count(scan, options))
+        .or_else(|| crate::kept::task_count(scan))
         .or_else(|| {
             let files = file_scan(scan)?;
             Some(tasks_for_bytes(bytes_of(files), options))

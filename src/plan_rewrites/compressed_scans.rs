@@ -23,7 +23,7 @@ use datafusion_proto::protobuf::LogicalPlanNode;
 use prost::Message;
 
 /// A listing table whose files are compressed: where they are, their format, the codec.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompressedTable {
     urls: Vec<ListingTableUrl>,
     file_type: &'static str,

@@ -8,11 +8,13 @@ use pyo3::types::PyDict;
 
 use super::capsule::{import_session_codec, session_settings};
 use super::errors::to_py_err;
+use super::kept_table::KeptTable;
 use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
 use crate::coordinator::{
-    ClusterPlanner, DistributedTable, PlanRequest, ProgressSink, ProgressUpdate,
+    ClusterPlanner, DistributedTable, PlanRequest, ProgressSink, ProgressUpdate, Role,
 };
+use crate::kept;
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
@@ -126,31 +128,18 @@ impl Coordinator {
         live_interval: f64,
         table_scans: Vec<Vec<u8>>,
     ) -> PyResult<DistributedPlan> {
-        let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
-            .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
-        // The session's own settings, then ours (`distributed.*`, planning overrides) over them.
-        let mut settings = match &session {
-            Some(session) => session_settings(session.bind(py))?,
-            None => HashMap::new(),
-        };
-        settings.extend(options);
-        let mut compressed_tables = Vec::new();
-        for scan in &table_scans {
-            compressed_tables.extend(CompressedTable::from_logical_scan(scan).map_err(to_py_err)?);
-        }
-        let request = Arc::new(PlanRequest {
-            plan_bytes: plan_bytes.to_vec(),
-            compressed_tables,
-            codec: Arc::new(import_session_codec(codec)?),
-            options: settings,
-            stores: stores.into_iter().map(StoreSpec::from).collect(),
-            progress: progress.map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),
-            keep_alive: session.map(|s| Box::new(s) as Box<dyn std::any::Any + Send + Sync>),
-            min_workers,
-            max_retries,
-            writes,
+        let request = Arc::new(request(
+            py,
+            plan_bytes,
+            codec,
+            options,
+            stores,
+            progress,
+            session,
+            (min_workers, max_retries, writes),
             live_interval,
-        });
+            table_scans,
+        )?);
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
         let planned =
@@ -161,6 +150,90 @@ impl Coordinator {
         let table = DistributedTable::new(Arc::clone(&self.planner), request, planned);
         Ok(DistributedPlan::new(Arc::new(table)))
     }
+
+    /// Runs a plan as `distribute` takes it and keeps its result on the workers that compute
+    /// it, as the kept table `name`.
+    #[pyo3(signature = (
+        name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
+        min_workers = 1, max_retries = 1, table_scans = vec![]
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &self,
+        py: Python<'_>,
+        name: String,
+        plan_bytes: &[u8],
+        codec: &Bound<'_, PyAny>,
+        options: HashMap<String, String>,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
+        progress: Option<Py<PyAny>>,
+        session: Option<Py<PyAny>>,
+        min_workers: usize,
+        max_retries: usize,
+        table_scans: Vec<Vec<u8>>,
+    ) -> PyResult<KeptTable> {
+        let request = request(
+            py,
+            plan_bytes,
+            codec,
+            options,
+            stores,
+            progress,
+            session,
+            (min_workers, max_retries, false),
+            0.0,
+            table_scans,
+        )?;
+        let planner = Arc::clone(&self.planner);
+        let table = runtime::wait_for(py, async move {
+            kept::KeptTable::keep(planner, &request, name)
+                .await
+                .map_err(to_py_err)
+        })?;
+        Ok(KeptTable { table })
+    }
+}
+
+/// A plan request as `distribute` and `keep` take it.
+#[allow(clippy::too_many_arguments)]
+fn request(
+    py: Python<'_>,
+    plan_bytes: &[u8],
+    codec: &Bound<'_, PyAny>,
+    options: HashMap<String, String>,
+    stores: Vec<(String, String, BTreeMap<String, String>)>,
+    progress: Option<Py<PyAny>>,
+    session: Option<Py<PyAny>>,
+    (min_workers, max_retries, writes): (usize, usize, bool),
+    live_interval: f64,
+    table_scans: Vec<Vec<u8>>,
+) -> PyResult<PlanRequest> {
+    let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
+        .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
+    // The session's own settings, then ours (`distributed.*`, planning overrides) over them.
+    let mut settings = match &session {
+        Some(session) => session_settings(session.bind(py))?,
+        None => HashMap::new(),
+    };
+    settings.extend(options);
+    let mut compressed_tables = Vec::new();
+    for scan in &table_scans {
+        compressed_tables.extend(CompressedTable::from_logical_scan(scan).map_err(to_py_err)?);
+    }
+    Ok(PlanRequest {
+        plan_bytes: plan_bytes.to_vec(),
+        compressed_tables,
+        codec: Arc::new(import_session_codec(codec)?),
+        options: settings,
+        stores: stores.into_iter().map(StoreSpec::from).collect(),
+        progress: progress.map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),
+        keep_alive: session.map(|s| Arc::new(s) as Arc<dyn std::any::Any + Send + Sync>),
+        min_workers,
+        max_retries,
+        writes,
+        live_interval,
+        role: Role::Query,
+    })
 }
 
 /// The user's Python callable returning worker URLs.

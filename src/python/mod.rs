@@ -13,6 +13,7 @@ mod health;
 mod plan;
 mod security;
 mod snapshot_table;
+mod kept_table;
 mod statement;
 mod worker;
 
@@ -33,6 +34,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
     m.add_class::<snapshot_table::SnapshotTable>()?;
+    m.add_class::<kept_table::KeptTable>()?;
+    m.add_function(wrap_pyfunction!(kept_table::kept_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(statement::create_table_as, m)?)?;
     m.add_class::<snapshot_table::SnapshotScanCodec>()?;
     m.add_class::<snapshot_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;

@@ -23,7 +23,7 @@ use crate::runtime;
 /// How long `task_metrics` waits for workers' metrics.
 const METRICS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+#[pyclass(frozen, weakref, module = "datafusion_distributed_py._internal")]
 pub struct DistributedPlan {
     table: Arc<DistributedTable>,
 }

@@ -21,14 +21,47 @@ pub fn distributed_setting(
     sql: &str,
     session: &Bound<'_, PyAny>,
 ) -> PyResult<Option<(String, String)>> {
+    let Some(statement) = one_statement(sql, session)? else {
+        return Ok(None);
+    };
+    Ok(setting_of(statement))
+}
+
+/// `(table, query, or_replace, if_not_exists)` when `sql` is one `CREATE [OR REPLACE] TABLE
+/// [IF NOT EXISTS] <table> AS <query>` (no column list), the query as SQL text; None for
+/// anything else.
+#[pyfunction]
+pub fn create_table_as(
+    sql: &str,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<Option<(String, String, bool, bool)>> {
+    let Some(SqlStatement::CreateTable(create)) = one_statement(sql, session)? else {
+        return Ok(None);
+    };
+    let Some(query) = create.query.filter(|_| create.columns.is_empty() && !create.external)
+    else {
+        return Ok(None);
+    };
+    Ok(Some((
+        create.name.to_string(),
+        query.to_string(),
+        create.or_replace,
+        create.if_not_exists,
+    )))
+}
+
+/// The one SQL statement `sql` is, read in `session`'s dialect; None when it is several, not
+/// SQL DataFusion's parser takes as one, or does not parse (the session then raises its own
+/// error for it).
+fn one_statement(sql: &str, session: &Bound<'_, PyAny>) -> PyResult<Option<SqlStatement>> {
     let settings = session_settings(session)?;
     let dialect = settings
         .get("datafusion.sql_parser.dialect")
         .map_or("generic", String::as_str);
-    setting_in(sql, dialect)
+    parse_one(sql, dialect)
 }
 
-fn setting_in(sql: &str, dialect: &str) -> PyResult<Option<(String, String)>> {
+fn parse_one(sql: &str, dialect: &str) -> PyResult<Option<SqlStatement>> {
     let Some(dialect) = dialect_from_str(dialect) else {
         return Err(PyValueError::new_err(format!(
             "unknown SQL dialect {dialect:?}"
@@ -40,20 +73,29 @@ fn setting_in(sql: &str, dialect: &str) -> PyResult<Option<(String, String)>> {
     if statements.len() != 1 {
         return Ok(None);
     }
-    let Some(Statement::Statement(statement)) = statements.pop_front() else {
-        return Ok(None);
-    };
+    match statements.pop_front() {
+        Some(Statement::Statement(statement)) => Ok(Some(*statement)),
+        _ => Ok(None),
+    }
+}
+
+fn setting_of(statement: SqlStatement) -> Option<(String, String)> {
     let SqlStatement::Set(Set::SingleAssignment {
         variable, values, ..
-    }) = *statement
+    }) = statement
     else {
-        return Ok(None);
+        return None;
     };
     let key = variable.to_string().to_lowercase();
     if key.split('.').next() != Some(NAMESPACE) || values.len() != 1 {
-        return Ok(None);
+        return None;
     }
-    Ok(Some((key, value_text(&values[0]))))
+    Some((key, value_text(&values[0])))
+}
+
+#[cfg(test)]
+fn setting_in(sql: &str, dialect: &str) -> PyResult<Option<(String, String)>> {
+    Ok(parse_one(sql, dialect)?.and_then(setting_of))
 }
 
 /// A setting's value as written: a string literal's contents, else the expression's SQL.

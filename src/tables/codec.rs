@@ -1,4 +1,5 @@
-//! `SnapshotScanCodec`: writes a [`SnapshotScanExec`] as the native scan inside it.
+//! `SnapshotScanCodec`: writes a [`SnapshotScanExec`] as the native scan inside it, and a kept
+//! table's scan (`kept::KeptScanExec`) as the reference it is.
 //!
 //! Installed on the session the coordinator serialises plans with
 //! (`ctx.with_physical_extension_codec`), it is handed our own leaf back over FFI (the
@@ -46,6 +47,9 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
         ctx: &TaskContext,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(kept) = crate::kept::decode_scan(buf) {
+            return kept;
+        }
         let (stores, plan) = split(buf)?;
         // Decoding a file scan looks its store up: the table's own, which the session given
         // over FFI does not have.
@@ -70,8 +74,11 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
         buf: &mut Vec<u8>,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some(kept) = crate::kept::encode_scan(&node, buf) {
+            return kept;
+        }
         let Some(scan) = node.downcast_ref::<SnapshotScanExec>() else {
-            return exec_err!("SnapshotScanCodec encodes snapshot scans only");
+            return exec_err!("SnapshotScanCodec encodes snapshot and kept scans only");
         };
         let bytes = physical_plan_to_bytes_with_extension_codec(
             Arc::clone(scan.inner()),

@@ -1,0 +1,203 @@
+//! `KeepExec`: each task of a query's last stage holds its rows where it ran, and tells the
+//! coordinator only how many it holds.
+//!
+//! `keep_on_workers` puts it at the plan's root under a merge, as a write's sink is placed
+//! (`plan_rewrites::parallel_writes`): the distributed planner cuts the stage at the merge, so
+//! the node runs in every task of the stage that computes the rows. The tasks of that stage
+//! are routed round-robin over the worker list the node carries, so that the coordinator
+//! knows which worker holds each task's parts from the task index alone.
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use datafusion_distributed::DistributedTaskContext;
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use url::Url;
+use uuid::Uuid;
+
+use super::store::{self, PROCESS};
+use crate::plan_nodes::only;
+
+const TAG: &[u8] = b"dfdpy.keep:";
+
+#[derive(Debug)]
+pub struct KeepExec {
+    input: Arc<dyn ExecutionPlan>,
+    table: Uuid,
+    /// The workers the stage's tasks go to, task `i` to `workers[i % len]`.
+    workers: Vec<Url>,
+    properties: Arc<PlanProperties>,
+}
+
+/// What a task said it holds: one row per partition of the stage.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeptPart {
+    pub task: u32,
+    pub partition: u32,
+    pub rows: u64,
+    pub bytes: u64,
+    pub on_disk: bool,
+    /// The process holding it (see [`store::PROCESS`]).
+    pub process: String,
+    /// The worker holding it, as the coordinator reaches it.
+    pub holder: Option<String>,
+}
+
+fn summary_schema() -> SchemaRef {
+    let u = |n: &str| Field::new(n, DataType::UInt64, false);
+    Arc::new(Schema::new(vec![
+        u("task"),
+        u("partition"),
+        u("rows"),
+        u("bytes"),
+        Field::new("on_disk", DataType::Boolean, false),
+        Field::new("process", DataType::Utf8, false),
+        Field::new("holder", DataType::Utf8, true),
+    ]))
+}
+
+/// `plan` rewritten so that each task of its last stage keeps its rows as `table`'s parts.
+pub fn keep_on_workers(
+    plan: Arc<dyn ExecutionPlan>,
+    table: Uuid,
+    workers: Vec<Url>,
+) -> Arc<dyn ExecutionPlan> {
+    let keep = Arc::new(KeepExec::new(plan, table, workers));
+    Arc::new(CoalescePartitionsExec::new(keep))
+}
+
+impl KeepExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, table: Uuid, workers: Vec<Url>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(summary_schema()),
+            input.output_partitioning().clone(),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Self {
+            input,
+            table,
+            workers,
+            properties: Arc::new(properties),
+        }
+    }
+
+    /// The worker task `task` of this stage is sent to.
+    pub fn worker_of(&self, task: usize) -> Option<&Url> {
+        (!self.workers.is_empty()).then(|| &self.workers[task % self.workers.len()])
+    }
+}
+
+/// The parts the summary batches of a keeping run name, with their holders.
+pub fn parts_of(batches: &[RecordBatch]) -> Result<Vec<KeptPart>> {
+    let bad = || exec_datafusion_err!("a kept table's summary is not what KeepExec writes");
+    let mut parts = Vec::new();
+    for b in batches {
+        let u = |i: usize| -> Result<&UInt64Array> {
+            b.column(i).as_any().downcast_ref::<UInt64Array>().ok_or_else(bad)
+        };
+        let on_disk = b.column(4).as_any().downcast_ref::<BooleanArray>().ok_or_else(bad)?;
+        let process = b.column(5).as_any().downcast_ref::<StringArray>().ok_or_else(bad)?;
+        let holder = b.column(6).as_any().downcast_ref::<StringArray>().ok_or_else(bad)?;
+        for r in 0..b.num_rows() {
+            parts.push(KeptPart {
+                task: u(0)?.value(r) as u32,
+                partition: u(1)?.value(r) as u32,
+                rows: u(2)?.value(r),
+                bytes: u(3)?.value(r),
+                on_disk: on_disk.value(r),
+                process: process.value(r).to_string(),
+                holder: (!holder.is_null(r)).then(|| holder.value(r).to_string()),
+            });
+        }
+    }
+    Ok(parts)
+}
+
+pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
+    let keep = node.downcast_ref::<KeepExec>()?;
+    buf.extend_from_slice(TAG);
+    let workers: Vec<&str> = keep.workers.iter().map(Url::as_str).collect();
+    Some(
+        serde_json::to_writer(&mut *buf, &(keep.table.to_string(), workers))
+            .map_err(|e| exec_datafusion_err!("encoding KeepExec: {e}")),
+    )
+}
+
+pub fn decode(
+    buf: &[u8],
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    let rest = buf.strip_prefix(TAG)?;
+    Some((|| {
+        let (table, workers): (String, Vec<String>) =
+            serde_json::from_slice(rest).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
+        let table = Uuid::parse_str(&table).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
+        let workers = workers
+            .iter()
+            .map(|w| Url::parse(w).map_err(|e| exec_datafusion_err!("KeepExec: {e}")))
+            .collect::<Result<_>>()?;
+        Ok(Arc::new(KeepExec::new(only(inputs, "KeepExec")?, table, workers)) as _)
+    })())
+}
+
+impl DisplayAs for KeepExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "KeepExec: table={}", self.table)
+    }
+}
+
+impl ExecutionPlan for KeepExec {
+    crate::plan_nodes::one_input_node!("KeepExec", input, |this, input| Self::new(
+        input,
+        this.table,
+        this.workers.clone()
+    ));
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let task = DistributedTaskContext::from_ctx(&ctx).task_index;
+        let rows = self.input.execute(partition, Arc::clone(&ctx))?;
+        let (table, schema, input_schema) = (self.table, self.schema(), self.input.schema());
+        let holder = self.worker_of(task).map(Url::to_string);
+        let out = Arc::clone(&schema);
+        let kept = futures::stream::once(async move {
+            let batches: Vec<RecordBatch> = rows.try_collect().await?;
+            let key = (task as u32, partition as u32);
+            let size = store::put(table, key, input_schema, batches, &ctx)?;
+            let col = |v: u64| Arc::new(UInt64Array::from(vec![v])) as ArrayRef;
+            Ok(RecordBatch::try_new(
+                out,
+                vec![
+                    col(task as u64),
+                    col(partition as u64),
+                    col(size.rows),
+                    col(size.bytes),
+                    Arc::new(BooleanArray::from(vec![size.on_disk])),
+                    Arc::new(StringArray::from(vec![PROCESS.to_string()])),
+                    Arc::new(StringArray::from(vec![holder])),
+                ],
+            )?)
+        })
+        .boxed();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, kept)))
+    }
+}

@@ -1,0 +1,411 @@
+//! `KeptTable`: the coordinator's handle on a kept table — where its parts are, the query that
+//! made them (its lineage), and its life.
+//!
+//! Registered on the user's session as a table provider: a scan is a [`KeptScanExec`] naming
+//! the parts, which travels to workers as a reference. Before a query is distributed,
+//! [`resolve`] gives each kept scan the table's current parts, making them again from the
+//! lineage first when a holder is no longer among the workers (or no longer holds them).
+//! When the last handle goes (`DROP TABLE`, `deregister_table`, the frame collected) every
+//! worker frees the table's parts.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
+use futures::{StreamExt, TryStreamExt};
+use url::Url;
+use uuid::Uuid;
+
+use super::keep::{parts_of, KeptPart};
+use super::scan::{freed, KeptScanExec, Op, ReadBack};
+use super::store::{self, PROCESS};
+use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest, Planned};
+use crate::runtime;
+
+/// Every kept table of this process, by id, while something holds it.
+static TABLES: LazyLock<Mutex<HashMap<Uuid, Weak<KeptTable>>>> = LazyLock::new(Mutex::default);
+
+pub struct KeptTable {
+    pub id: Uuid,
+    pub name: String,
+    schema: SchemaRef,
+    parts: Mutex<Vec<KeptPart>>,
+    planner: Arc<ClusterPlanner>,
+    /// The query that made the parts (with `keep` set): run again to make lost ones.
+    lineage: Arc<PlanRequest>,
+    /// A holder was found not to hold its parts (a worker restarted at the same address).
+    stale: AtomicBool,
+}
+
+impl std::fmt::Debug for KeptTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptTable").field("name", &self.name).finish()
+    }
+}
+
+/// Rows, bytes and parts a kept table holds on one worker (or the coordinator).
+#[derive(Clone, Debug, Default)]
+pub struct HolderShare {
+    pub holder: String,
+    pub parts: usize,
+    pub rows: u64,
+    pub bytes: u64,
+    pub on_disk_bytes: u64,
+}
+
+impl KeptTable {
+    /// Runs `request` (a query of `schema`) keeping its result on the workers, as `name`.
+    pub async fn keep(
+        planner: Arc<ClusterPlanner>,
+        request: &PlanRequest,
+        name: String,
+    ) -> Result<Arc<Self>> {
+        let id = Uuid::new_v4();
+        let lineage = Arc::new(request.keeping(id));
+        let (parts, schema) = make_parts(&planner, &lineage).await?;
+        let table = Arc::new(Self {
+            id,
+            name,
+            schema,
+            parts: Mutex::new(parts),
+            planner,
+            lineage,
+            stale: AtomicBool::new(false),
+        });
+        TABLES
+            .lock()
+            .expect("poisoned")
+            .insert(id, Arc::downgrade(&table));
+        Ok(table)
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// Where its rows are: one share per holder.
+    pub fn shares(&self) -> Vec<HolderShare> {
+        let parts = self.parts.lock().expect("poisoned");
+        let mut shares: Vec<HolderShare> = Vec::new();
+        for p in parts.iter() {
+            let holder = holder_name(p, self.planner.is_embedded());
+            let i = match shares.iter().position(|s| s.holder == holder) {
+                Some(i) => i,
+                None => {
+                    shares.push(HolderShare {
+                        holder,
+                        ..Default::default()
+                    });
+                    shares.len() - 1
+                }
+            };
+            let s = &mut shares[i];
+            s.parts += 1;
+            s.rows += p.rows;
+            s.bytes += p.bytes;
+            s.on_disk_bytes += if p.on_disk { p.bytes } else { 0 };
+        }
+        shares
+    }
+
+    /// The parts now, made again first when one of their holders is not among `workers` or
+    /// was found not to hold them.
+    async fn current_parts(&self, workers: &[Url]) -> Result<Vec<KeptPart>> {
+        let parts = self.parts.lock().expect("poisoned").clone();
+        let listed = |p: &KeptPart| match &p.holder {
+            Some(h) => workers.iter().any(|w| w.as_str() == h),
+            None => true,
+        };
+        let lost = !self.planner.is_embedded() && !parts.iter().all(listed);
+        if !lost && !self.stale.load(Ordering::Relaxed) {
+            return Ok(parts);
+        }
+        log::warn!(
+            "kept table {}: a worker holding its parts was lost; making them again from the \
+             query that made them",
+            self.name
+        );
+        // What the lost holders' peers still hold of it is freed first: the run replaces it.
+        free_everywhere(&self.planner, &self.lineage, self.id).await;
+        let (parts, _) = make_parts(&self.planner, &self.lineage)
+            .await
+            .map_err(|e| {
+                exec_datafusion_err!(
+                    "kept table {} lost parts with a worker, and making them again failed: {e}",
+                    self.name
+                )
+            })?;
+        *self.parts.lock().expect("poisoned") = parts.clone();
+        self.stale.store(false, Ordering::Relaxed);
+        Ok(parts)
+    }
+
+    fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
+        let parts = self.parts.lock().expect("poisoned").clone();
+        KeptScanExec::new(
+            self.id,
+            self.name.clone(),
+            Op::Read,
+            Arc::clone(&self.schema),
+            projection,
+            parts,
+        )
+    }
+}
+
+fn holder_name(p: &KeptPart, embedded: bool) -> String {
+    match (&p.holder, embedded) {
+        (_, false) if p.process == PROCESS.to_string() => "coordinator".into(),
+        (Some(h), _) => h.trim_end_matches('/').to_string(),
+        (None, _) => "coordinator".into(),
+    }
+}
+
+/// Runs a keeping request: the parts its tasks hold, and their schema.
+async fn make_parts(
+    planner: &Arc<ClusterPlanner>,
+    request: &Arc<PlanRequest>,
+) -> Result<(Vec<KeptPart>, SchemaRef)> {
+    let planned = planner.plan(request, 1).await?;
+    let schema = planned
+        .kept_schema
+        .clone()
+        .ok_or_else(|| exec_datafusion_err!("a keeping run without its rows' schema"))?;
+    let rows = run_planned(Arc::clone(planner), Arc::clone(request), planned).await?;
+    let batches: Vec<RecordBatch> = rows.try_collect().await?;
+    Ok((parts_of(&batches)?, schema))
+}
+
+/// Runs `request` on the cluster (with the query-level retry) and gathers its rows.
+async fn run(planner: &Arc<ClusterPlanner>, request: &Arc<PlanRequest>) -> Result<Vec<RecordBatch>> {
+    let stream = stream(Arc::clone(planner), Arc::clone(request)).await?;
+    stream.try_collect().await
+}
+
+async fn stream(
+    planner: Arc<ClusterPlanner>,
+    request: Arc<PlanRequest>,
+) -> Result<SendableRecordBatchStream> {
+    let planned = planner.plan(&request, 1).await?;
+    run_planned(planner, request, planned).await
+}
+
+async fn run_planned(
+    planner: Arc<ClusterPlanner>,
+    request: Arc<PlanRequest>,
+    planned: Planned,
+) -> Result<SendableRecordBatchStream> {
+    let table = DistributedTable::new(planner, request, planned);
+    let root = table.start(None).await?;
+    let schema = root.schema();
+    let parts = root.properties().partitioning.partition_count();
+    let ctx = Arc::new(TaskContext::default());
+    let streams = (0..parts)
+        .map(|p| root.execute(p, Arc::clone(&ctx)))
+        .collect::<Result<Vec<_>>>()?;
+    // The table lives as long as its rows are read.
+    let rows = futures::stream::iter(streams).flatten().map(move |b| {
+        let _ = &table;
+        b
+    });
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+}
+
+/// A request running `plan` (one of our own nodes) with `base`'s settings and codec.
+fn internal_request(base: &PlanRequest, plan: Arc<dyn ExecutionPlan>) -> Result<PlanRequest> {
+    let bytes = physical_plan_to_bytes_with_extension_codec(plan, base.codec.as_ref())?;
+    Ok(base.running(bytes.to_vec()))
+}
+
+/// Frees `table`'s parts on every worker (and in this process).
+async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, table: Uuid) {
+    store::free(table);
+    if planner.is_embedded() {
+        return;
+    }
+    let Ok(workers) = planner.urls() else { return };
+    let parts: Vec<KeptPart> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| KeptPart {
+            task: i as u32,
+            partition: 0,
+            rows: 0,
+            bytes: 0,
+            on_disk: false,
+            process: String::new(),
+            holder: Some(w.to_string()),
+        })
+        .collect();
+    let node = KeptScanExec::new(
+        table,
+        String::new(),
+        Op::Free,
+        Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+        None,
+        parts,
+    );
+    let freed_rows = async {
+        let request = Arc::new(internal_request(base, Arc::new(node?))?);
+        run(planner, &request).await
+    };
+    match freed_rows.await {
+        Ok(rows) => {
+            let (parts, bytes) = freed(&rows);
+            log::debug!("kept table {table}: {parts} parts ({bytes} bytes) freed on the workers");
+        }
+        // A worker that is gone took its parts with it.
+        Err(e) => log::info!("kept table {table}: freeing its parts on the workers: {e}"),
+    }
+}
+
+impl Drop for KeptTable {
+    fn drop(&mut self) {
+        TABLES.lock().expect("poisoned").remove(&self.id);
+        let (planner, lineage, id) = (
+            Arc::clone(&self.planner),
+            Arc::clone(&self.lineage),
+            self.id,
+        );
+        runtime::handle().spawn(async move { free_everywhere(&planner, &lineage, id).await });
+    }
+}
+
+/// Reads a part the coordinator does not hold from its holder, by a query of its own.
+#[derive(Debug)]
+struct FromHolders(Weak<KeptTable>);
+
+impl ReadBack for FromHolders {
+    fn read(&self, scan: KeptScanExec) -> Result<SendableRecordBatchStream> {
+        let table = self
+            .0
+            .upgrade()
+            .ok_or_else(|| exec_datafusion_err!("kept table {} was dropped", scan.name))?;
+        let schema = scan.schema();
+        let request = Arc::new(internal_request(&table.lineage, Arc::new(scan))?);
+        let planner = Arc::clone(&table.planner);
+        let rows = futures::stream::once(stream(planner, request)).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+    }
+}
+
+/// Gives each kept scan in `plan` its table's current parts (made again where lost), and
+/// turns the parts this process holds for a cluster of worker processes into an in-memory
+/// scan that travels inline.
+pub async fn resolve(
+    plan: Arc<dyn ExecutionPlan>,
+    workers: &[Url],
+    embedded: bool,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut ids = Vec::new();
+    plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<KeptScanExec>() {
+            if scan.op == Op::Read && !ids.contains(&scan.table) {
+                ids.push(scan.table);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if ids.is_empty() {
+        return Ok(plan);
+    }
+    let mut current = HashMap::new();
+    for id in ids {
+        let table = TABLES.lock().expect("poisoned").get(&id).and_then(Weak::upgrade);
+        let Some(table) = table else {
+            // Internal runs (reading back, freeing) name their parts themselves.
+            continue;
+        };
+        let parts = table.current_parts(workers).await?;
+        current.insert(id, parts);
+    }
+    let own = PROCESS.to_string();
+    plan.transform_up(|node| {
+        let Some(scan) = node.downcast_ref::<KeptScanExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(parts) = current.get(&scan.table) else {
+            return Ok(Transformed::no(node));
+        };
+        if embedded || parts.iter().all(|p| p.process != own) {
+            return Ok(Transformed::yes(Arc::new(scan.over(parts.clone())?) as _));
+        }
+        // Rows this process kept (a result gathered here, such as an ordered one): inline.
+        let mut batches = Vec::new();
+        for p in parts {
+            let held = store::get(scan.table, (p.task, p.partition)).ok_or_else(|| {
+                exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
+            })??;
+            batches.push(held);
+        }
+        let mem = MemorySourceConfig::try_new_exec(
+            &batches,
+            Arc::clone(&scan.table_schema),
+            scan.projection.clone(),
+        )?;
+        Ok(Transformed::yes(mem as _))
+    })
+    .map(|t| t.data)
+}
+
+/// Every kept table still held in this process.
+pub fn all_tables() -> Vec<Arc<KeptTable>> {
+    let tables = TABLES.lock().expect("poisoned");
+    tables.values().filter_map(Weak::upgrade).collect()
+}
+
+/// Marks the kept table an error says a worker did not hold as stale; whether it was one.
+pub fn mark_stale(err: &DataFusionError) -> bool {
+    let text = err.to_string();
+    let Some(at) = text.find(super::MISSING) else {
+        return false;
+    };
+    let tail = &text[at..];
+    let id = tail
+        .split(['(', ')'])
+        .find_map(|s| Uuid::parse_str(s.trim()).ok());
+    let table = id.and_then(|id| TABLES.lock().expect("poisoned").get(&id)?.upgrade());
+    if let Some(table) = table {
+        table.stale.store(true, Ordering::Relaxed);
+        return true;
+    }
+    false
+}
+
+#[async_trait]
+impl TableProvider for KeptTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let me = TABLES.lock().expect("poisoned").get(&self.id).cloned();
+        let mut scan = self.scan_node(projection.cloned())?;
+        if let Some(me) = me {
+            scan = scan.with_read_back(Arc::new(FromHolders(me)));
+        }
+        Ok(Arc::new(scan))
+    }
+}

@@ -1,0 +1,65 @@
+//! `KeptTable` as Python sees it: a result kept on the workers, registered on the session as
+//! a table provider (see `kept`).
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use super::capsule;
+use crate::kept;
+
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct KeptTable {
+    pub table: Arc<kept::KeptTable>,
+}
+
+#[pymethods]
+impl KeptTable {
+    #[getter]
+    fn name(&self) -> String {
+        self.table.name.clone()
+    }
+
+    #[getter]
+    fn id(&self) -> String {
+        self.table.id.to_string()
+    }
+
+    /// Where its rows are: dicts of `holder` (a worker URL, or "coordinator"), `parts`,
+    /// `rows`, `bytes` and `on_disk_bytes`.
+    fn shares<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.table
+            .shares()
+            .into_iter()
+            .map(|s| {
+                let d = PyDict::new(py);
+                d.set_item("holder", s.holder)?;
+                d.set_item("parts", s.parts)?;
+                d.set_item("rows", s.rows)?;
+                d.set_item("bytes", s.bytes)?;
+                d.set_item("on_disk_bytes", s.on_disk_bytes)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
+    }
+}
+
+/// Every kept table of this process still held: `(id, name, shares)`.
+#[pyfunction]
+pub fn kept_tables(py: Python<'_>) -> PyResult<Vec<(String, String, Vec<Bound<'_, PyDict>>)>> {
+    kept::all_tables()
+        .into_iter()
+        .map(|t| {
+            let shares = KeptTable { table: Arc::clone(&t) }.shares(py)?;
+            Ok((t.id.to_string(), t.name.clone(), shares))
+        })
+        .collect()
+}
