@@ -97,6 +97,8 @@ class Coordinator:
         ``datafusion.*`` and ``distributed.*`` settings; ``progress`` is called with
         ``(stage, done, total, worker_url)``.
         """
+    def kept_tables(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
+        """The kept tables on these workers: ``(id, name, shares)``."""
     def keep(
         self,
         name: str,
@@ -109,6 +111,7 @@ class Coordinator:
         min_workers: int = 1,
         max_retries: int = 1,
         table_scans: Sequence[bytes] = ...,
+        original: object | None = None,
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""
@@ -150,6 +153,9 @@ class DistributedPlan:
         """The latest run's metrics per operator, in pre-order with stages expanded:
         ``(name, line, stage, [(metric, value, timestamp_ns, partition, labels)])`` (stage 0:
         the coordinator's)."""
+
+    def plan_bytes_sent(self) -> int:
+        """Bytes of plan fragments the latest scan sent to workers."""
 
     def last_failure(self) -> tuple[str | None, str, str] | None:
         """The worker failure the latest run ended with: ``(worker_url, kind, message)``."""

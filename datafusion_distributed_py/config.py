@@ -22,7 +22,7 @@ class DistributedConfig:
 
     The planner fields map to the options ``distributed.<field>`` of the
     datafusion-distributed crate; the others (``min_workers``, ``max_retries``, ``fallback``,
-    ``progress_interval``) are this package's own.
+    ``progress_interval``, ``keep_tables_above``) are this package's own.
     ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql` changes any
     of them.
 
@@ -58,6 +58,11 @@ class DistributedConfig:
             produced, while progress is shown or a dashboard watches (live bars, ``rows`` in
             :class:`ProgressEvent`); 0 turns live progress off (progress then moves as tasks
             end).
+        keep_tables_above: an in-memory table the coordinator holds (``from_pandas``,
+            ``from_arrow``, ``register_record_batches``...) of more bytes than this is sent to
+            the workers once, when a distributed query first reads it, and kept there; later
+            queries carry a reference to it. Smaller ones travel inside each query's plan.
+            Default 1 MiB.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -89,6 +94,7 @@ class DistributedConfig:
     max_retries: int = 1
     fallback: Fallback = "coordinator"
     progress_interval: float = 0.5
+    keep_tables_above: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -178,10 +184,13 @@ _TYPES: dict[str, type] = {
     "max_retries": int,
     "fallback": str,
     "progress_interval": float,
+    "keep_tables_above": int,
 }
 
 #: Fields of this package's own, not options of the crate's planner.
-_OWN = frozenset({"min_workers", "max_retries", "fallback", "progress_interval"})
+_OWN = frozenset(
+    {"min_workers", "max_retries", "fallback", "progress_interval", "keep_tables_above"}
+)
 
 
 def _parse(name: str, text: str) -> Any:

@@ -187,6 +187,8 @@ class DistributedContext:
         self._progress = progress_mod.resolve(progress)
         self._security = _security_for(workers, security)
         self._coordinator = _coordinator_for(workers, self._security)
+        #: Tables found not to be in memory, by reference, with the schema they had then.
+        self._not_in_memory: dict[str, pa.Schema] = {}
 
     @property
     def ctx(self) -> SessionContext:
@@ -239,6 +241,12 @@ class DistributedContext:
         df = self._ctx.sql(query)
         plan = df.logical_plan()
         variant = plan.to_variant()
+        if not isinstance(variant, (EmptyRelation, Explain, Analyze)) and self._keep_memory_tables(
+            df
+        ):
+            df = self._ctx.sql(query)  # planned again over the tables now kept
+            plan = df.logical_plan()
+            variant = plan.to_variant()
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(variant, EmptyRelation):
             return df
@@ -359,7 +367,56 @@ class DistributedContext:
     def _made(self, maker: str, /, *args: Any, **kwargs: Any) -> DataFrame:
         df = getattr(self._ctx, maker)(*args, **kwargs)
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
+        scanned = _scanned_tables(df.logical_plan())
+        if len(scanned) == 1 and self._keep_memory_tables(df):
+            # A frame that reads one table whole (``table``, ``from_pandas``...): the same
+            # frame over the table now kept on the workers.
+            (ref,) = scanned.values()
+            df = self._ctx.table(ref)
         return self._lazy(df, f"{maker}({first})")
+
+    def _keep_memory_tables(self, df: DataFrame) -> bool:
+        """Sends each in-memory table ``df`` reads of more than ``keep_tables_above`` bytes to
+        the workers once, and registers it on ``ctx`` again as the kept table reading it there
+        (single-node reads the same rows here). True when any was: frames made before that
+        still carry the rows in their plans, so the caller makes ``df`` again."""
+        kept_any = False
+        for name, ref in _scanned_tables(df.logical_plan()).items():
+            rows = self._memory_table_rows(ref)
+            if rows is None or sum(b.nbytes for b in rows) <= self._config.keep_tables_above:
+                continue
+            table = self._ctx.table(ref)
+            original = pa.RecordBatchReader.from_batches(table.schema(), rows)
+            kept = self._keep(table, name, original=original)
+            if kept is None:
+                continue
+            self._ctx.deregister_table(ref)
+            self._ctx.register_table(ref, kept)
+            kept_any = True
+        return kept_any
+
+    def _memory_table_rows(self, ref: str) -> list[pa.RecordBatch] | None:
+        """The rows of table ``ref`` when it is an in-memory table (zero-copy), else None.
+
+        datafusion-python 55 does not tell a table's kind, so its scan's one-line display says
+        (``DataSourceExec: partitions=.., partition_sizes=..`` is an in-memory scan). What is
+        not in-memory is remembered by schema, so that a file table is not planned again for
+        each query that reads it (each planning lists its files).
+        """
+        try:
+            table = self._ctx.table(ref)
+        except Exception:  # datafusion raises plain Exception subclasses
+            return None
+        schema = table.schema()
+        if self._not_in_memory.get(ref) == schema:
+            return None
+        node = table.execution_plan()
+        while not node.display().startswith("DataSourceExec") and len(node.children()) == 1:
+            node = node.children()[0]  # a projection over the scan
+        if not (node.display().startswith("DataSourceExec: partitions=") and not node.children()):
+            self._not_in_memory[ref] = schema
+            return None
+        return table.collect()
 
     def _copy(self, copy: Copy, path: str, stored_as: str) -> None:
         """Writes ``copy.frame``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each
@@ -468,7 +525,11 @@ class DistributedContext:
             >>> len(s.workers) >= 1, s.queries[0].state, s.queries[0].rows
             (True, 'finished', 1)
         """
-        return ClusterStatus.take(self._coordinator.worker_status(), MONITOR.queries(owner=self))
+        return ClusterStatus.take(
+            self._coordinator.worker_status(),
+            MONITOR.queries(owner=self),
+            self._coordinator.kept_tables(),
+        )
 
     def dashboard(self, host: str = "127.0.0.1", port: int = 0) -> Dashboard:
         """Serve a live web page of :meth:`status` (refreshed every second) and return it;
@@ -566,13 +627,17 @@ class DistributedContext:
         }  # fmt: skip
         return fresh, request
 
-    def _keep(self, df: DataFrame, name: str) -> _internal.KeptTable | None:
+    def _keep(
+        self, df: DataFrame, name: str, original: pa.RecordBatchReader | None = None
+    ) -> _internal.KeptTable | None:
         """``df``'s result kept on the workers that compute it, as the kept table ``name``;
-        None when ``df`` runs single-node (the fallback, warned about as for any query)."""
+        None when ``df`` runs single-node (the fallback, warned about as for any query).
+        ``original``: the rows of the in-memory table ``df`` reads whole, held by the kept
+        table (to send again if a worker is lost, and for single-node to read here)."""
         feed = Feed(f"keep {name}: {_describe(df)}", (self, self._workers), self._progress)
         try:
             _, request = self._request(df, feed)
-            return self._coordinator.keep(name, **request)
+            return self._coordinator.keep(name, **request, original=original)
         except UnsupportedPlanError as e:
             self._source_error(e, df)  # warns, or raises under fallback="error"
             return None

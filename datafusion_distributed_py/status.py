@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datafusion_distributed_py.monitor import QueryRecord
@@ -43,6 +43,32 @@ class WorkerState:
 
 
 @dataclass(frozen=True)
+class KeptTableState:
+    """A result kept on the workers (``CREATE TABLE AS``, ``cache()``, a big in-memory table).
+
+    Attributes:
+        name: the table's name (``cache of <query>`` for a cached frame).
+        shares: where its rows are, one dict per holder: ``holder`` (a worker URL), ``parts``,
+            ``rows``, ``bytes`` and ``on_disk_bytes`` (spilled to the worker's disk).
+    """
+
+    name: str
+    shares: list[dict[str, Any]]
+
+    @property
+    def rows(self) -> int:
+        return sum(int(s["rows"]) for s in self.shares)
+
+    @property
+    def bytes(self) -> int:
+        return sum(int(s["bytes"]) for s in self.shares)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rows": self.rows, "bytes": self.bytes,
+                "shares": [dict(s) for s in self.shares]}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     """Workers and queries at one moment: ``dctx.status()``. In Jupyter it shows as tables.
 
@@ -50,6 +76,7 @@ class ClusterStatus:
         workers: each worker's state.
         queries: running queries first, then recent ones (newest first).
         taken_at: when (``time.time()``).
+        kept: the results kept on the workers, with their rows and bytes per worker.
 
     Example:
         >>> from datafusion import SessionContext
@@ -63,10 +90,17 @@ class ClusterStatus:
     workers: list[WorkerState]
     queries: list[QueryRecord]
     taken_at: float
+    kept: list[KeptTableState] = field(default_factory=list)
 
     @classmethod
-    def take(cls, workers: list[dict[str, Any]], queries: list[QueryRecord]) -> ClusterStatus:
-        return cls([WorkerState.from_core(w) for w in workers], queries, time.time())
+    def take(
+        cls,
+        workers: list[dict[str, Any]],
+        queries: list[QueryRecord],
+        kept: list[tuple[str, str, list[dict[str, Any]]]] = (),  # type: ignore[assignment]
+    ) -> ClusterStatus:
+        tables = [KeptTableState(name, shares) for _, name, shares in kept]
+        return cls([WorkerState.from_core(w) for w in workers], queries, time.time(), tables)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (what the dashboard's page fetches)."""
@@ -74,6 +108,7 @@ class ClusterStatus:
             "taken_at": self.taken_at,
             "workers": [w.to_dict() for w in self.workers],
             "queries": [q.to_dict() for q in self.queries],
+            "kept": [k.to_dict() for k in self.kept],
         }
 
     def __repr__(self) -> str:
@@ -85,6 +120,13 @@ class ClusterStatus:
                 f"  {w.url}  {state}  cpu {w.cpu_percent:.0f}%  "
                 f"mem {w.rss_bytes / 2**20:.0f} MiB  tasks {w.running_tasks}"
             )
+        for k in self.kept:
+            lines.append(f"  kept {k.name!r}: {k.rows:,} rows, {k.bytes / 2**20:.1f} MiB")
+            for s in k.shares:
+                lines.append(
+                    f"    {s['holder']}  {s['rows']:,} rows  {s['bytes'] / 2**20:.1f} MiB"
+                    f" ({s['on_disk_bytes'] / 2**20:.1f} MiB on disk)"
+                )
         for q in self.queries[:10]:
             rows = "" if q.rows is None else f"  {q.rows:,} rows"
             lines.append(f"  #{q.id} {q.state:<8} {q.duration_s:7.2f}s{rows}  {_short(q.sql)}")
@@ -104,11 +146,24 @@ class ClusterStatus:
             f"<td>{e(_stages(q))}</td><td>{e(q.error or ', '.join(q.lost_workers))}</td></tr>"
             for q in self.queries
         )
+        kept = "".join(
+            f"<tr><td>{e(k.name)}</td><td>{e(s['holder'])}</td><td>{s['rows']:,}</td>"
+            f"<td>{s['bytes'] / 2**20:.1f} MiB</td><td>{s['on_disk_bytes'] / 2**20:.1f} MiB</td></tr>"
+            for k in self.kept
+            for s in k.shares
+        )
+        kept_table = (
+            "<table><tr><th>kept table</th><th>worker</th><th>rows</th><th>memory</th>"
+            f"<th>on disk</th></tr>{kept}</table>"
+            if kept
+            else ""
+        )
         return (
             "<table><tr><th>worker</th><th>state</th><th>CPU</th><th>memory</th>"
             f"<th>running tasks</th></tr>{workers}</table>"
             "<table><tr><th>#</th><th>state</th><th>query</th><th>duration</th><th>rows</th>"
             f"<th>stages (tasks done)</th><th>failure / lost workers</th></tr>{queries}</table>"
+            f"{kept_table}"
         )
 
 

@@ -42,6 +42,28 @@ def is_distributed(plan_text: str) -> bool:
     return any(name in plan_text for name in NETWORK_BOUNDARIES)
 
 
+def plan_bytes_sent(df: Any) -> int:
+    """Bytes of the plan fragments ``df``'s latest run sent to the workers (what a query's
+    in-memory rows cost when they travel inside its plan); 0 for a frame that has not run or
+    ran single-node.
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> from datafusion_distributed_py import DistributedContext
+        >>> df = DistributedContext(SessionContext()).sql("SELECT 1 AS x")
+        >>> _ = df.collect()
+        >>> 0 < plan_bytes_sent(df) < 10_000
+        True
+    """
+    from datafusion_distributed_py import _internal
+    from datafusion_distributed_py.dataframe import source_of
+
+    source = source_of(df)
+    if not isinstance(source, _internal.DistributedPlan):
+        return 0
+    return source.plan_bytes_sent()
+
+
 def shuffle_bytes(df: Any, *, into_coordinator: bool = False) -> int:
     """Bytes every network boundary of ``df``'s latest run moved (Arrow IPC, after the
     shuffles' compression), or with ``into_coordinator`` only those of the coordinator's head

@@ -140,10 +140,11 @@ pub fn copy_fragment(
     plan: &Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
     codec: &FragmentCodec,
-) -> Result<Arc<dyn ExecutionPlan>> {
+) -> Result<(Arc<dyn ExecutionPlan>, usize)> {
     let proto = DeduplicatingProtoConverter::default().execution_plan_to_proto(plan, codec)?;
     let decode_ctx = PhysicalPlanDecodeContext::new(ctx, codec);
-    DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)
+    let copy = DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)?;
+    Ok((copy, prost::Message::encoded_len(&proto)))
 }
 
 #[cfg(test)]

@@ -96,6 +96,17 @@ impl PlanRequest {
         kept
     }
 
+    /// This request without what ties it to Python objects (the progress callback, the
+    /// session), for holding beyond the call that made it: a kept table's lineage, held by
+    /// the session the table is registered on, must not hold that session in its turn.
+    pub fn detached(&self) -> Self {
+        let mut detached = self.running(self.plan_bytes.clone());
+        detached.compressed_tables = self.compressed_tables.clone();
+        detached.role = self.role;
+        detached.keep_alive = None;
+        detached
+    }
+
     /// A request for `plan_bytes` (encoded with this request's codec) with its settings, and
     /// no progress: our own work.
     pub fn running(&self, plan_bytes: Vec<u8>) -> Self {

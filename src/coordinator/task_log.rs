@@ -69,6 +69,8 @@ pub struct TaskLog {
     /// Why a stage's plan could not be sent, if it could not: tasks waiting for that plan
     /// later fail with a timeout, and this is the cause to report instead.
     unsent_plan: Mutex<Option<String>>,
+    /// Bytes of the plan fragments sent to workers (encoded, or as encoded in this process).
+    plan_bytes: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -87,7 +89,19 @@ impl TaskLog {
             attempt,
             reporting: Mutex::default(),
             unsent_plan: Mutex::default(),
+            plan_bytes: Default::default(),
         }
+    }
+
+    /// Counts `bytes` of a plan fragment sent to a worker.
+    pub fn sent_plan_bytes(&self, bytes: usize) {
+        use std::sync::atomic::Ordering;
+        self.plan_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of the plan fragments sent to workers so far.
+    pub fn plan_bytes(&self) -> usize {
+        self.plan_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records that a stage's plan could not be sent, and why (the first reason is kept).

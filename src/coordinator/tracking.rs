@@ -94,7 +94,9 @@ impl TrackingChannel {
         let plan = mark_for_metadata_repair(wrap_compressed_scans(plan)?);
         let max_message_bytes = match self.transport {
             Transport::Embedded => {
-                return copy_fragment(&plan, task_ctx, &self.codec).map(MaybeEncoded::Decoded)
+                let (copy, bytes) = copy_fragment(&plan, task_ctx, &self.codec)?;
+                self.log.sent_plan_bytes(bytes);
+                return Ok(MaybeEncoded::Decoded(copy));
             }
             Transport::Remote { max_message_bytes } => max_message_bytes,
         };
@@ -108,6 +110,7 @@ impl TrackingChannel {
                 bytes.len()
             )));
         }
+        self.log.sent_plan_bytes(bytes.len());
         Ok(MaybeEncoded::Encoded(bytes))
     }
 }

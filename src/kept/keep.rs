@@ -54,6 +54,21 @@ pub struct KeptPart {
     pub holder: Option<String>,
 }
 
+impl KeptPart {
+    /// A part no store holds, standing for a whole table read where it is (see `KeptTable`).
+    pub fn whole() -> Self {
+        Self {
+            task: u32::MAX - 1,
+            partition: 0,
+            rows: 0,
+            bytes: 0,
+            on_disk: false,
+            process: String::new(),
+            holder: None,
+        }
+    }
+}
+
 fn summary_schema() -> SchemaRef {
     let u = |n: &str| Field::new(n, DataType::UInt64, false);
     Arc::new(Schema::new(vec![

@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use datafusion::arrow::array::UInt32Array;
+use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
@@ -59,6 +61,7 @@ pub fn put(
     batches: Vec<RecordBatch>,
     ctx: &TaskContext,
 ) -> Result<PartSize> {
+    let batches = batches.into_iter().map(compact).collect::<Result<Vec<_>>>()?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     let bytes: u64 = batches
         .iter()
@@ -101,6 +104,23 @@ pub fn put(
         bytes,
         on_disk,
     })
+}
+
+/// `batch`, copied into buffers of its own when it is a small slice of bigger ones (a scan's
+/// batch dealt to tasks, a filter that kept every row): holding the slice would hold, and
+/// count, every byte of the buffers it shares.
+fn compact(batch: RecordBatch) -> Result<RecordBatch> {
+    let held = batch.get_array_memory_size();
+    let used: usize = batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size())
+        .sum::<Result<usize, _>>()?;
+    if held <= 2 * used + (64 << 10) {
+        return Ok(batch);
+    }
+    let all = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+    Ok(take_record_batch(&batch, &all)?)
 }
 
 /// The batches of `table`'s part `key`, if this process holds it.

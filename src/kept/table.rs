@@ -45,6 +45,9 @@ pub struct KeptTable {
     planner: Arc<ClusterPlanner>,
     /// The query that made the parts (with `keep` set): run again to make lost ones.
     lineage: Arc<PlanRequest>,
+    /// The coordinator's own rows it was made from, when it started there (an in-memory
+    /// table): sent again to remake lost parts, and what single-node reads here.
+    original: Option<Vec<RecordBatch>>,
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     stale: AtomicBool,
 }
@@ -67,14 +70,22 @@ pub struct HolderShare {
 
 impl KeptTable {
     /// Runs `request` (a query of `schema`) keeping its result on the workers, as `name`.
+    /// `original`: the rows of an in-memory table `request` scans, held here already (the
+    /// request's own serialised copy of them is not kept).
     pub async fn keep(
         planner: Arc<ClusterPlanner>,
         request: &PlanRequest,
         name: String,
+        original: Option<Vec<RecordBatch>>,
     ) -> Result<Arc<Self>> {
         let id = Uuid::new_v4();
-        let lineage = Arc::new(request.keeping(id));
-        let (parts, schema) = make_parts(&planner, &lineage).await?;
+        let first = Arc::new(request.keeping(id));
+        let (parts, schema) = make_parts(&planner, &first).await?;
+        let mut lineage = first.detached();
+        if original.is_some() {
+            lineage.plan_bytes = Vec::new(); // made again from the original when needed
+        }
+        let lineage = Arc::new(lineage);
         let table = Arc::new(Self {
             id,
             name,
@@ -82,6 +93,7 @@ impl KeptTable {
             parts: Mutex::new(parts),
             planner,
             lineage,
+            original,
             stale: AtomicBool::new(false),
         });
         TABLES
@@ -91,8 +103,9 @@ impl KeptTable {
         Ok(table)
     }
 
-    pub fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+    /// Whether its parts are on `planner`'s workers.
+    pub fn is_on(&self, planner: &Arc<ClusterPlanner>) -> bool {
+        Arc::ptr_eq(&self.planner, planner)
     }
 
     /// Where its rows are: one share per holder.
@@ -139,7 +152,7 @@ impl KeptTable {
         );
         // What the lost holders' peers still hold of it is freed first: the run replaces it.
         free_everywhere(&self.planner, &self.lineage, self.id).await;
-        let (parts, _) = make_parts(&self.planner, &self.lineage)
+        let (parts, _) = make_parts(&self.planner, &self.lineage_request()?)
             .await
             .map_err(|e| {
                 exec_datafusion_err!(
@@ -152,8 +165,28 @@ impl KeptTable {
         Ok(parts)
     }
 
+    /// The request that makes its parts: the query that made them, or its original rows
+    /// sent again.
+    fn lineage_request(&self) -> Result<Arc<PlanRequest>> {
+        let Some(original) = &self.original else {
+            return Ok(Arc::clone(&self.lineage));
+        };
+        let scan = MemorySourceConfig::try_new_exec(
+            std::slice::from_ref(original),
+            Arc::clone(&self.schema),
+            None,
+        )?;
+        let request = internal_request(&self.lineage, scan)?;
+        Ok(Arc::new(request.keeping(self.id)))
+    }
+
     fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
-        let parts = self.parts.lock().expect("poisoned").clone();
+        let mut parts = self.parts.lock().expect("poisoned").clone();
+        if self.original.is_some() {
+            // Single-node reads the original here, whole: one partition standing for it (a
+            // distributed query is given the parts themselves, see `resolve`).
+            parts = vec![KeptPart::whole()];
+        }
         KeptScanExec::new(
             self.id,
             self.name.clone(),
@@ -294,6 +327,17 @@ impl ReadBack for FromHolders {
             .upgrade()
             .ok_or_else(|| exec_datafusion_err!("kept table {} was dropped", scan.name))?;
         let schema = scan.schema();
+        if let Some(original) = &table.original {
+            let rows = original
+                .iter()
+                .map(|b| match &scan.projection {
+                    Some(p) => b.project(p).map_err(Into::into),
+                    None => Ok(b.clone()),
+                })
+                .collect::<Vec<_>>();
+            let stream = futures::stream::iter(rows);
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
+        }
         let request = Arc::new(internal_request(&table.lineage, Arc::new(scan))?);
         let planner = Arc::clone(&table.planner);
         let rows = futures::stream::once(stream(planner, request)).try_flatten();

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
+use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
 use datafusion::catalog::TableProvider;
 use datafusion::execution::config::SessionConfig;
 use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
@@ -11,7 +12,7 @@ use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
@@ -114,4 +115,19 @@ pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, 
         .into_iter()
         .filter_map(|e| e.value.map(|v| (e.key, v)))
         .collect())
+}
+
+/// The Arrow C stream of `obj` (anything with `__arrow_c_stream__`: a pyarrow table or
+/// reader, a DataFrame), moved out of its capsule: zero-copy, the batches keep the exporter's
+/// buffers alive.
+pub fn import_stream(obj: &Bound<'_, PyAny>) -> PyResult<FFI_ArrowArrayStream> {
+    let capsule = obj.call_method0("__arrow_c_stream__")?;
+    let capsule = capsule.cast::<PyCapsule>()?.clone();
+    let name = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref() != Some("arrow_array_stream") {
+        return Err(PyValueError::new_err("not an Arrow C stream"));
+    }
+    // SAFETY: the name identifies an ArrowArrayStream; the stream is moved out, and the
+    // capsule's destructor then finds it released (empty).
+    Ok(unsafe { FFI_ArrowArrayStream::from_raw(capsule.pointer() as *mut _) })
 }

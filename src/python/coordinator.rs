@@ -6,9 +6,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::capsule::{import_session_codec, session_settings};
+use super::capsule::{self, import_session_codec, session_settings};
+use datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
 use super::errors::to_py_err;
-use super::kept_table::KeptTable;
+use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
 use crate::coordinator::{
@@ -72,6 +73,15 @@ impl Coordinator {
     fn worker_urls(&self) -> PyResult<Vec<String>> {
         let urls = self.planner.urls().map_err(to_py_err)?;
         Ok(urls.iter().map(|u| display_url(u).to_owned()).collect())
+    }
+
+    /// The kept tables on these workers: `(id, name, shares)` (see `KeptTable.shares`).
+    fn kept_tables<'py>(&self, py: Python<'py>) -> PyResult<Vec<kept_table::KeptRow<'py>>> {
+        let mine = kept::all_tables()
+            .into_iter()
+            .filter(|t| t.is_on(&self.planner))
+            .collect();
+        kept_table::rows(py, mine)
     }
 
     /// How each worker is doing: dicts of `url`, `error` (None when it answered),
@@ -152,10 +162,11 @@ impl Coordinator {
     }
 
     /// Runs a plan as `distribute` takes it and keeps its result on the workers that compute
-    /// it, as the kept table `name`.
+    /// it, as the kept table `name`. `original`: when the plan scans an in-memory table whole,
+    /// its rows (anything with `__arrow_c_stream__`), held by the table to send again.
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, table_scans = vec![]
+        min_workers = 1, max_retries = 1, table_scans = vec![], original = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn keep(
@@ -171,7 +182,19 @@ impl Coordinator {
         min_workers: usize,
         max_retries: usize,
         table_scans: Vec<Vec<u8>>,
+        original: Option<Bound<'_, PyAny>>,
     ) -> PyResult<KeptTable> {
+        let original = match original {
+            Some(obj) => {
+                let reader = ArrowArrayStreamReader::try_new(capsule::import_stream(&obj)?)
+                    .map_err(|e| PyValueError::new_err(format!("the table's rows: {e}")))?;
+                let batches = reader
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| PyValueError::new_err(format!("the table's rows: {e}")))?;
+                Some(batches)
+            }
+            None => None,
+        };
         let request = request(
             py,
             plan_bytes,
@@ -186,7 +209,7 @@ impl Coordinator {
         )?;
         let planner = Arc::clone(&self.planner);
         let table = runtime::wait_for(py, async move {
-            kept::KeptTable::keep(planner, &request, name)
+            kept::KeptTable::keep(planner, &request, name, original)
                 .await
                 .map_err(to_py_err)
         })?;

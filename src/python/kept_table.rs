@@ -52,10 +52,17 @@ impl KeptTable {
     }
 }
 
+/// Each kept table still held: `(id, name, shares)`.
+pub type KeptRow<'py> = (String, String, Vec<Bound<'py, PyDict>>);
+
 /// Every kept table of this process still held: `(id, name, shares)`.
 #[pyfunction]
-pub fn kept_tables(py: Python<'_>) -> PyResult<Vec<(String, String, Vec<Bound<'_, PyDict>>)>> {
-    kept::all_tables()
+pub fn kept_tables(py: Python<'_>) -> PyResult<Vec<KeptRow<'_>>> {
+    rows(py, kept::all_tables())
+}
+
+pub fn rows(py: Python<'_>, tables: Vec<Arc<kept::KeptTable>>) -> PyResult<Vec<KeptRow<'_>>> {
+    tables
         .into_iter()
         .map(|t| {
             let shares = KeptTable { table: Arc::clone(&t) }.shares(py)?;

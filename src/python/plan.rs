@@ -227,6 +227,11 @@ impl DistributedPlan {
             .collect()
     }
 
+    /// Bytes of plan fragments the latest scan sent to workers (every run of it).
+    fn plan_bytes_sent(&self) -> usize {
+        self.table.runs().iter().map(|(_, log)| log.plan_bytes()).sum()
+    }
+
     /// The worker failure the latest run ended with, as `(worker_url, kind, message)`: what
     /// reached Python through datafusion-python as text only.
     fn last_failure(&self) -> Option<(Option<String>, &'static str, String)> {

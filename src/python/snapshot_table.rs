@@ -167,16 +167,7 @@ struct PythonReader(Py<PyAny>);
 impl BatchSource for PythonReader {
     fn open(&self) -> Result<Box<dyn RecordBatchReader + Send>> {
         let stream = interpreter::attach(|py| -> PyResult<FFI_ArrowArrayStream> {
-            let reader = self.0.call0(py)?;
-            let capsule = reader.call_method0(py, "__arrow_c_stream__")?;
-            let capsule = capsule.bind(py).cast::<PyCapsule>()?.clone();
-            let name = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
-            if name.as_deref() != Some("arrow_array_stream") {
-                return Err(PyValueError::new_err("not an Arrow C stream"));
-            }
-            // SAFETY: the name identifies an ArrowArrayStream; the stream is moved out, and
-            // the capsule's destructor then finds it released (empty).
-            Ok(unsafe { FFI_ArrowArrayStream::from_raw(capsule.pointer() as *mut _) })
+            capsule::import_stream(self.0.call0(py)?.bind(py))
         })
         .ok_or_else(|| exec_datafusion_err!("the interpreter is exiting"))?
         .map_err(|e| exec_datafusion_err!("opening the table's reader: {e}"))?;

@@ -1,0 +1,271 @@
+"""Kept data stays on the workers (issue 42): ``CREATE TABLE AS``, ``df.cache()`` and
+in-memory tables are sent once and read where they are held, on both cluster kinds; each
+follow-up is compared with the same steps single-node and its plan checked to carry a
+reference, not the rows."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+from datafusion import SessionContext, col
+from datafusion import functions as f
+
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
+from datafusion_distributed_py import _internal
+from datafusion_distributed_py.testing import assert_distributed_equal, plan_bytes_sent
+
+ROWS = 60_000
+#: In-memory tables above this travel once (small, so that the tests' tables count as big).
+KEEP_ABOVE = DistributedConfig(keep_tables_above=10_000)
+
+FOLLOW_UPS = [
+    "SELECT k, count(*) AS n, sum(w) AS s FROM kept GROUP BY k ORDER BY k",
+    "SELECT count(DISTINCT w) AS d FROM kept WHERE w % 3 = 0",
+    "SELECT * FROM kept WHERE w < 40 ORDER BY w",
+]
+
+
+def _source(ctx: SessionContext) -> None:
+    ctx.from_pydict({"k": [i % 7 for i in range(ROWS)], "v": list(range(ROWS))}, name="src")
+
+
+def _pair(workers: LocalCluster | None) -> tuple[SessionContext, SessionContext, DistributedContext]:
+    """A single-node session and a distributed one, each holding ``src``."""
+    single, ctx = SessionContext(), SessionContext()
+    _source(single)
+    _source(ctx)
+    return single, ctx, DistributedContext(ctx, workers, config=KEEP_ABOVE, progress=False)
+
+
+def _kept_bytes(name: str) -> int:
+    """Bytes held of the kept table ``name`` (of every cached frame: ``"cache of"``)."""
+    return sum(
+        s["bytes"] for _, n, shares in _internal.kept_tables()
+        if n == name or (name == "cache of" and n.startswith(name))
+        for s in shares
+    )  # fmt: skip
+
+
+def _assert_follow_ups(single: SessionContext, dctx: DistributedContext, name: str) -> None:
+    """Each follow-up equal to single-node, run on the workers, its plan a reference."""
+    held = _kept_bytes(name)
+    assert held > 0, _internal.kept_tables()
+    for sql in FOLLOW_UPS:
+        df = assert_distributed_equal(single, dctx, sql, tolerance=1e-9)
+        frame = dctx.sql(sql)
+        frame.collect()
+        assert "KeptScanExec" in dctx.explain(frame)
+        assert plan_bytes_sent(frame) < min(held, 200_000), (sql, plan_bytes_sent(frame))
+        assert df.num_rows > 0
+
+
+KEEPERS: dict[str, Callable[[SessionContext | DistributedContext], None]] = {
+    "CREATE TABLE AS": lambda m: m.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src"),
+    "cache": lambda m: (m if isinstance(m, SessionContext) else m.ctx).register_view(
+        "kept", m.sql("SELECT k, v * 2 AS w FROM src").cache()
+    ),
+    "cache of a DataFrame-API frame": lambda m: (
+        m if isinstance(m, SessionContext) else m.ctx
+    ).register_view(
+        "kept", m.table("src").select(col("k"), (col("v") * 2).alias("w")).cache()
+    ),
+}
+
+
+@pytest.mark.parametrize("keeper", list(KEEPERS))
+def test_kept_results_are_read_where_they_are_held(workers, keeper):
+    single, ctx, dctx = _pair(workers)
+    KEEPERS[keeper](single)
+    KEEPERS[keeper](dctx)
+    _assert_follow_ups(single, dctx, "kept" if keeper == "CREATE TABLE AS" else "cache of")
+    # Single-node on the same session still answers (read back from the workers).
+    got = ctx.sql(FOLLOW_UPS[0]).to_arrow_table()
+    assert got == single.sql(FOLLOW_UPS[0]).to_arrow_table()
+
+
+@pytest.mark.parametrize(
+    "maker",
+    ["from_pydict", "from_arrow", "from_pandas", "register_record_batches", "dctx.from_arrow"],
+)
+def test_in_memory_tables_travel_once(workers, maker):
+    data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]})
+    single = SessionContext()
+    single.from_arrow(data, name="kept")
+    ctx = SessionContext()
+    dctx = DistributedContext(ctx, workers, config=KEEP_ABOVE, progress=False)
+    if maker == "from_pydict":
+        ctx.from_pydict(data.to_pydict(), name="kept")
+    elif maker == "from_arrow":
+        ctx.from_arrow(data, name="kept")
+    elif maker == "from_pandas":
+        ctx.from_pandas(data.to_pandas(), name="kept")
+    elif maker == "register_record_batches":
+        ctx.register_record_batches("kept", [data.to_batches(max_chunksize=5_000)])
+    else:
+        dctx.from_arrow(data, name="kept")
+    _assert_follow_ups(single, dctx, "kept")
+    # The coordinator's own rows still answer single-node, here.
+    assert ctx.sql(FOLLOW_UPS[0]).to_arrow_table() == single.sql(FOLLOW_UPS[0]).to_arrow_table()
+
+
+def test_a_small_in_memory_table_travels_inline(workers):
+    ctx = SessionContext()
+    ctx.from_pydict({"k": [1, 2, 3]}, name="small")
+    dctx = DistributedContext(ctx, workers, progress=False)
+    assert_distributed_equal(ctx, dctx, "SELECT k, count(*) FROM small GROUP BY k", stages=False)
+    assert not any(n == "small" for _, n, _ in _internal.kept_tables())
+
+
+def test_create_table_as_statements_answer_as_single_node(workers):
+    single, ctx, dctx = _pair(workers)
+    for m in (single, dctx):
+        m.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src WHERE v < 100")
+    # Already there: single-node's own error; IF NOT EXISTS leaves it; OR REPLACE replaces.
+    with pytest.raises(Exception, match="already exists") as distributed:
+        dctx.sql("CREATE TABLE kept AS SELECT 1 AS k")
+    with pytest.raises(Exception) as single_node:
+        single.sql("CREATE TABLE kept AS SELECT 1 AS k")
+    assert str(distributed.value) == str(single_node.value)
+    for m in (single, dctx):
+        m.sql("CREATE TABLE IF NOT EXISTS kept AS SELECT 1 AS k")
+        m.sql("CREATE OR REPLACE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+    _assert_follow_ups(single, dctx, "kept")
+    for m in (single, dctx):
+        m.sql("CREATE TABLE vals AS VALUES (1, 'a'), (2, 'b')")
+    assert_distributed_equal(single, dctx, "SELECT * FROM vals ORDER BY column1", stages=False)
+
+
+def _wait_freed(name: str) -> None:
+    deadline = time.monotonic() + 10
+    while any(n == name for _, n, _ in _internal.kept_tables()) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert not any(n == name for _, n, _ in _internal.kept_tables()), _internal.kept_tables()
+
+
+def test_a_dropped_session_frees_its_kept_tables(workers):
+    """A kept table holds nothing that holds its session: with the session gone, so is it."""
+    single, ctx, dctx = _pair(workers)
+    dctx.sql("CREATE TABLE orphan AS SELECT k, v AS w FROM src")
+    dctx.sql("SELECT count(*) FROM orphan").collect()
+    del single, ctx, dctx
+    _wait_freed("orphan")
+
+
+@pytest.mark.parametrize("how", ["DROP TABLE", "deregister_table", "del"])
+def test_kept_tables_are_freed_with_their_last_handle(workers, how):
+    single, ctx, dctx = _pair(workers)
+    if how == "del":
+        cached = dctx.sql("SELECT k, v AS dropped FROM src").cache()
+        assert cached.count() == ROWS
+        name = "cache of SELECT k, v AS dropped FROM src"
+        assert _kept_bytes(name) > 0
+        del cached
+    else:
+        dctx.sql("CREATE TABLE gone AS SELECT k, v AS w FROM src")
+        name = "gone"
+        assert _kept_bytes(name) > 0
+        if how == "DROP TABLE":
+            dctx.sql("DROP TABLE gone")
+        else:
+            ctx.deregister_table("gone")
+    _wait_freed(name)
+
+
+def test_status_lists_kept_tables(workers):
+    single, ctx, dctx = _pair(workers)
+    dctx.sql("CREATE TABLE listed AS SELECT k, v AS w FROM src")
+    status = dctx.status()
+    (kept,) = [k for k in status.kept if k.name == "listed"]
+    assert sum(s["rows"] for s in kept.shares) == ROWS
+    assert all(s["holder"] in dctx.worker_urls for s in kept.shares)
+    assert "listed" in repr(status) and "listed" in status._repr_html_()
+
+
+def test_a_lost_holder_s_parts_are_made_again():
+    single = SessionContext()
+    _source(single)
+    single.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+    with LocalCluster(2) as cluster:
+        ctx = SessionContext()
+        _source(ctx)
+        dctx = DistributedContext(ctx, cluster, config=KEEP_ABOVE, progress=False)
+        dctx.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+        assert_distributed_equal(single, dctx, FOLLOW_UPS[0])
+        before = list(cluster.urls)
+        cluster.processes[0].kill()
+        deadline = time.monotonic() + 20
+        while cluster.urls[0] == before[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for sql in FOLLOW_UPS:
+            assert_distributed_equal(single, dctx, sql, tolerance=1e-9)
+        holders = {s["holder"] for _, n, shares in _internal.kept_tables() if n == "kept"
+                   for s in shares}  # fmt: skip
+        assert before[0] not in holders
+
+
+def test_an_in_memory_table_is_sent_again_when_its_holder_is_lost():
+    data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]})
+    single = SessionContext()
+    single.from_arrow(data, name="kept")
+    with LocalCluster(2) as cluster:
+        ctx = SessionContext()
+        ctx.from_arrow(data, name="kept")
+        dctx = DistributedContext(ctx, cluster, config=KEEP_ABOVE, progress=False)
+        assert_distributed_equal(single, dctx, FOLLOW_UPS[0])
+        before = list(cluster.urls)
+        cluster.processes[1].kill()
+        deadline = time.monotonic() + 20
+        while cluster.urls[1] == before[1] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert_distributed_equal(single, dctx, FOLLOW_UPS[1])
+
+
+def test_a_kept_table_spills_to_the_worker_s_disk_beyond_its_memory_limit(tmp_path):
+    single = SessionContext()
+    single.from_pydict({"k": [i % 7 for i in range(400_000)], "v": list(range(400_000))}, name="src")
+    single.sql("CREATE TABLE spilled AS SELECT k, v * 2 AS w FROM src")
+    with LocalCluster(2, memory_limit="3MB", spill_dir=str(tmp_path)) as cluster:
+        ctx = SessionContext()
+        ctx.from_pydict({"k": [i % 7 for i in range(400_000)], "v": list(range(400_000))},
+                        name="src")  # fmt: skip
+        dctx = DistributedContext(ctx, cluster, config=KEEP_ABOVE, progress=False)
+        dctx.sql("CREATE TABLE spilled AS SELECT k, v * 2 AS w FROM src")
+        shares = next(s for _, n, s in _internal.kept_tables() if n == "spilled")
+        assert sum(s["on_disk_bytes"] for s in shares) > 0, shares
+        # Queries of little memory of their own (the pool is 3 MB): read from the disk.
+        assert_distributed_equal(
+            single, dctx, "SELECT k, count(*) AS n, sum(w) AS s FROM spilled GROUP BY k"
+        )
+
+
+def test_query_records_do_not_keep_plans(workers):
+    """A finished query's record keeps text and numbers, never its plan (nor the rows that
+    travelled in it)."""
+    ctx = SessionContext()
+    ctx.from_pydict({"k": [1, 2, 3]}, name="t")
+    dctx = DistributedContext(ctx, workers, progress=False)
+    df = dctx.sql("SELECT k, count(*) FROM t GROUP BY k")
+    df.collect()
+    record = dctx.status().queries[0]
+    assert record.plan() is not None and "Stage" in record.plan()
+    del df
+    gc.collect()
+    assert record.source is None or record.source() is None
+
+
+def test_a_kept_frame_is_a_distributed_frame(workers):
+    single, ctx, dctx = _pair(workers)
+    cached = dctx.sql("SELECT k, v * 2 AS w FROM src").cache()
+    expected = single.sql("SELECT k, v * 2 AS w FROM src").cache()
+
+    def step(df):
+        return df.filter(col("w") > 10).aggregate([col("k")], [f.sum(col("w")).alias("s")])
+
+    got = step(cached).sort(col("k")).to_arrow_table()
+    assert got == step(expected).sort(col("k")).to_arrow_table()
+    assert "KeptScanExec" in dctx.explain(step(cached))
