@@ -82,6 +82,20 @@ def _rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def _runner(maker, sql: str, rss: PeakRss, frames: dict, rises: dict, mode: str):
+    """Runs ``sql`` on ``maker``, noting its frame and how far the RSS rose meanwhile."""
+
+    def run(_: str) -> pa.Table:
+        rss.reset()
+        df = maker.sql(sql)
+        table = df.to_arrow_table()
+        frames[mode] = df
+        rises[mode] = max(rises.get(mode, 0), rss.rise())
+        return table
+
+    return run
+
+
 def _keep(how: str, maker, since: str | None, pdf) -> None:
     """Keeps the result as ``kept`` on ``maker`` (``ctx`` or a ``DistributedContext``)."""
     query = f"SELECT * FROM lineitem WHERE l_shipdate >= '{since}'"
@@ -155,21 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, sql in FOLLOW_UPS.items():
                 frames: dict[str, object] = {}
                 rises: dict[str, int] = {}
-
-                def runner(mode: str):
-                    def run(_: str) -> pa.Table:
-                        rss.reset()
-                        df = contexts[mode].sql(sql)
-                        table = df.to_arrow_table()
-                        frames[mode] = df
-                        rises[mode] = max(rises.get(mode, 0), rss.rise())
-                        return table
-
-                    return run
-
-                times, results = turn_times(
-                    {m: runner(m) for m in contexts}, "", args.repeat, 0.0
-                )
+                runners = {m: _runner(contexts[m], sql, rss, frames, rises, m) for m in contexts}
+                times, results = turn_times(runners, "", args.repeat, 0.0)
                 best = {m: min(ts) for m, ts in times.items()}
                 equal = all(
                     same_values(results[m], results["single"], ordered=True, tolerance=1e-9)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-import weakref
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any

@@ -148,7 +148,8 @@ class ClusterStatus:
         )
         kept = "".join(
             f"<tr><td>{e(k.name)}</td><td>{e(s['holder'])}</td><td>{s['rows']:,}</td>"
-            f"<td>{s['bytes'] / 2**20:.1f} MiB</td><td>{s['on_disk_bytes'] / 2**20:.1f} MiB</td></tr>"
+            f"<td>{s['bytes'] / 2**20:.1f} MiB</td>"
+            f"<td>{s['on_disk_bytes'] / 2**20:.1f} MiB</td></tr>"
             for k in self.kept
             for s in k.shares
         )

@@ -102,14 +102,15 @@ def _listed(item: pytest.Item) -> bool:
 
 
 def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every query of every ``DistributedContext`` refuse distribution."""
+    """Make every query of every ``DistributedContext`` refuse distribution: each plan the
+    core is asked for (a query's, a result to keep on the workers) is made by ``_request``."""
     from datafusion_distributed_py.context import DistributedContext
     from datafusion_distributed_py.errors import UnsupportedPlanError
 
     def refuse(self: Any, df: Any, feed: Any) -> Any:
         raise UnsupportedPlanError(REASON)
 
-    monkeypatch.setattr(DistributedContext, "_plan", refuse)
+    monkeypatch.setattr(DistributedContext, "_request", refuse)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext, col
 from datafusion import functions as f
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
-from datafusion_distributed_py import _internal
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, _internal
 from datafusion_distributed_py.testing import assert_distributed_equal, plan_bytes_sent
 
 ROWS = 60_000
@@ -33,7 +33,9 @@ def _source(ctx: SessionContext) -> None:
     ctx.from_pydict({"k": [i % 7 for i in range(ROWS)], "v": list(range(ROWS))}, name="src")
 
 
-def _pair(workers: LocalCluster | None) -> tuple[SessionContext, SessionContext, DistributedContext]:
+def _pair(
+    workers: LocalCluster | None,
+) -> tuple[SessionContext, SessionContext, DistributedContext]:
     """A single-node session and a distributed one, each holding ``src``."""
     single, ctx = SessionContext(), SessionContext()
     _source(single)
@@ -70,9 +72,7 @@ KEEPERS: dict[str, Callable[[SessionContext | DistributedContext], None]] = {
     ),
     "cache of a DataFrame-API frame": lambda m: (
         m if isinstance(m, SessionContext) else m.ctx
-    ).register_view(
-        "kept", m.table("src").select(col("k"), (col("v") * 2).alias("w")).cache()
-    ),
+    ).register_view("kept", m.table("src").select(col("k"), (col("v") * 2).alias("w")).cache()),
 }
 
 
@@ -152,6 +152,7 @@ def test_a_dropped_session_frees_its_kept_tables(workers):
     single, ctx, dctx = _pair(workers)
     dctx.sql("CREATE TABLE orphan AS SELECT k, v AS w FROM src")
     dctx.sql("SELECT count(*) FROM orphan").collect()
+    assert _kept_bytes("orphan") > 0
     del single, ctx, dctx
     _wait_freed("orphan")
 
@@ -227,7 +228,9 @@ def test_an_in_memory_table_is_sent_again_when_its_holder_is_lost():
 
 def test_a_kept_table_spills_to_the_worker_s_disk_beyond_its_memory_limit(tmp_path):
     single = SessionContext()
-    single.from_pydict({"k": [i % 7 for i in range(400_000)], "v": list(range(400_000))}, name="src")
+    single.from_pydict(
+        {"k": [i % 7 for i in range(400_000)], "v": list(range(400_000))}, name="src"
+    )
     single.sql("CREATE TABLE spilled AS SELECT k, v * 2 AS w FROM src")
     with LocalCluster(2, memory_limit="3MB", spill_dir=str(tmp_path)) as cluster:
         ctx = SessionContext()
@@ -256,6 +259,67 @@ def test_query_records_do_not_keep_plans(workers):
     del df
     gc.collect()
     assert record.source is None or record.source() is None
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.slow
+def test_a_hundred_queries_over_a_big_in_memory_table_keep_the_coordinator_s_memory_flat(workers):
+    """Issue 42: 100 queries over a 100 MB in-memory table; the coordinator's RSS after the
+    last is within 200 MB of its RSS after the first, and no query carries the rows."""
+    n = 6_000_000
+    data = pa.table({"k": pa.array(range(n), pa.int64()), "v": pa.array(range(n), pa.float64())})
+    assert data.nbytes >= 90 * 2**20
+    ctx = SessionContext()
+    ctx.from_arrow(data, name="mem")
+    dctx = DistributedContext(ctx, workers, progress=False)
+    sql = "SELECT k % 10 AS g, sum(v) AS s FROM mem GROUP BY k % 10 ORDER BY g"
+    expected = SessionContext()
+    expected.from_arrow(data, name="mem")
+    want = expected.sql(sql).to_arrow_table()
+    first = dctx.sql(sql)
+    assert first.to_arrow_table() == want
+    after_first = _rss()
+    for _ in range(99):
+        df = dctx.sql(sql)
+        assert df.to_arrow_table() == want
+        assert plan_bytes_sent(df) < 1_000_000
+    gc.collect()
+    grew = _rss() - after_first
+    assert grew < 200 * 2**20, f"the coordinator's RSS grew by {grew / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_a_dropped_table_gives_the_workers_memory_back(tmp_path):
+    """Issue 42: after DROP TABLE each worker's memory returns within 10% of its level before
+    the table was made."""
+    for i in range(4):
+        v = pa.array(range(i * 2_000_000, (i + 1) * 2_000_000), pa.int64())
+        pq.write_table(pa.table({"v": v}), tmp_path / f"{i}.parquet")
+    with LocalCluster(2) as cluster:
+        ctx = SessionContext()
+        ctx.register_parquet("src", str(tmp_path))
+        dctx = DistributedContext(ctx, cluster, progress=False)
+        dctx.sql("SELECT count(*) FROM src WHERE v % 7 = 1").collect()  # workers warmed up
+
+        def rss() -> dict[str, int]:
+            return {w.url: w.rss_bytes for w in dctx.status().workers}
+
+        before = rss()
+        dctx.sql("CREATE TABLE big AS SELECT v, v * 2 AS w, v % 13 AS k FROM src")
+        held = rss()
+        assert all(held[u] - before[u] > 50 * 2**20 for u in before), (before, held)
+        dctx.sql("DROP TABLE big")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = rss()
+            if all(now[u] <= before[u] * 1.1 for u in before):
+                break
+            time.sleep(0.5)
+        assert all(now[u] <= before[u] * 1.1 for u in before), (before, held, now)
 
 
 def test_a_kept_frame_is_a_distributed_frame(workers):

@@ -143,7 +143,8 @@ pub fn copy_fragment(
 ) -> Result<(Arc<dyn ExecutionPlan>, usize)> {
     let proto = DeduplicatingProtoConverter::default().execution_plan_to_proto(plan, codec)?;
     let decode_ctx = PhysicalPlanDecodeContext::new(ctx, codec);
-    let copy = DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)?;
+    let copy =
+        DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)?;
     Ok((copy, prost::Message::encoded_len(&proto)))
 }
 

@@ -3,10 +3,12 @@
 //! (`subqueries`), cuts the plan into stages (`distribute`),
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
 //! datafusion-python as a table (`table`, `root`), its run's metrics per operator
-//! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`).
+//! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`); results kept
+//! on the workers are tables of its own (`kept_table`).
 mod distribute;
 mod empty_batches;
 mod handshake;
+mod kept_table;
 mod live;
 mod operator_metrics;
 mod planner;
@@ -19,8 +21,9 @@ mod table;
 mod task_log;
 mod tracking;
 
+pub use kept_table::{all_kept_tables, KeptTable};
 pub use operator_metrics::operator_metrics;
-pub use planner::{ClusterPlanner, PlanRequest, Planned, Role};
+pub use planner::{ClusterPlanner, PlanRequest, Role};
 pub use stage_graph::stage_graph;
 pub use table::DistributedTable;
 pub use task_log::{ProgressSink, ProgressUpdate, TaskRecord};

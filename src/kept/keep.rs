@@ -9,7 +9,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -120,11 +122,26 @@ pub fn parts_of(batches: &[RecordBatch]) -> Result<Vec<KeptPart>> {
     let mut parts = Vec::new();
     for b in batches {
         let u = |i: usize| -> Result<&UInt64Array> {
-            b.column(i).as_any().downcast_ref::<UInt64Array>().ok_or_else(bad)
+            b.column(i)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(bad)
         };
-        let on_disk = b.column(4).as_any().downcast_ref::<BooleanArray>().ok_or_else(bad)?;
-        let process = b.column(5).as_any().downcast_ref::<StringArray>().ok_or_else(bad)?;
-        let holder = b.column(6).as_any().downcast_ref::<StringArray>().ok_or_else(bad)?;
+        let on_disk = b
+            .column(4)
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(bad)?;
+        let process = b
+            .column(5)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(bad)?;
+        let holder = b
+            .column(6)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(bad)?;
         for r in 0..b.num_rows() {
             parts.push(KeptPart {
                 task: u(0)?.value(r) as u32,

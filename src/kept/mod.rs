@@ -1,18 +1,24 @@
-//! Kept data: results a user keeps (`CREATE TABLE AS`, `df.cache()`) stay on the workers that
-//! computed them, and later queries carry a reference to them, not their rows.
+//! Kept data: results a user keeps (`CREATE TABLE AS`, `df.cache()`, big in-memory tables)
+//! stay on the workers that computed them, and later queries carry a reference to them, not
+//! their rows. The plan nodes and the process's store live here; the table a session sees
+//! (`coordinator::KeptTable`), which runs queries to make its parts, is the coordinator's.
 //!
 //! * [`keep`]: `KeepExec`, run in each task of a query's last stage, holds the task's rows.
 //! * [`store`]: what this process holds (a worker's parts, in memory or spilled to disk).
 //! * [`scan`]: `KeptScanExec`, a scan read where the parts are (tasks routed to holders).
-//! * [`table`]: `KeptTable`, the coordinator's provider: parts, lineage, freeing on drop.
+//! * [`registry`]: the kept tables of this process, and the planning step that gives each
+//!   kept scan its table's current parts.
 mod keep;
+mod registry;
 mod scan;
-mod store;
-mod table;
+pub mod store;
 
-pub use keep::{encode as encode_keep, decode as decode_keep, keep_on_workers};
-pub use scan::{decode as decode_scan, encode as encode_scan, route_tasks, scale_up, task_count};
-pub use table::{all_tables, mark_stale, resolve, KeptTable};
+pub use keep::{decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of, KeptPart};
+pub use registry::{all, mark_stale, register, resolve, unregister, KeptSource};
+pub use scan::{
+    decode as decode_scan, encode as encode_scan, freed, route_tasks, scale_up, task_count,
+    KeptScanExec, Op, ReadBack,
+};
 
 /// What a worker says when asked for a part it does not hold (it restarted since): the
 /// coordinator then makes the table's parts again.

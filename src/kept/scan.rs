@@ -134,12 +134,14 @@ impl KeptScanExec {
             return Some(Ok(vec![])); // the empty partition of a table without parts
         };
         let batches = store::get(self.table, (part.task, part.partition))?;
-        Some(batches.and_then(|batches| match &self.projection {
-            Some(p) => batches
-                .iter()
-                .map(|b| b.project(p).map_err(Into::into))
-                .collect(),
-            None => Ok(batches),
+        Some(batches.and_then(|batches| {
+            match &self.projection {
+                Some(p) => batches
+                    .iter()
+                    .map(|b| b.project(p).map_err(Into::into))
+                    .collect(),
+                None => Ok(batches),
+            }
         }))
     }
 }
@@ -192,7 +194,9 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
     while let Some(node) = pending.pop() {
         if let Some(keep) = node.downcast_ref::<super::keep::KeepExec>() {
             let urls = (0..ev.task_count).map(|t| keep.worker_of(t).cloned());
-            return urls.collect::<Option<Vec<_>>>().map(|u| Ok(RouteTasksEventResponse::new(u)));
+            return urls
+                .collect::<Option<Vec<_>>>()
+                .map(|u| Ok(RouteTasksEventResponse::new(u)));
         }
         if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() {
             if let Some(urls) = holders_of(leaf.variants()) {
@@ -279,8 +283,14 @@ pub fn decode(buf: &[u8]) -> Option<Result<Arc<dyn ExecutionPlan>>> {
 impl DisplayAs for KeptScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let mut by_holder: BTreeMap<&str, usize> = BTreeMap::new();
-        for p in self.parts.iter().filter(|p| p.rows > 0 || p.task != u32::MAX) {
-            *by_holder.entry(p.holder.as_deref().unwrap_or("coordinator")).or_default() += 1;
+        for p in self
+            .parts
+            .iter()
+            .filter(|p| p.rows > 0 || p.task != u32::MAX)
+        {
+            *by_holder
+                .entry(p.holder.as_deref().unwrap_or("coordinator"))
+                .or_default() += 1;
         }
         let held: Vec<String> = by_holder
             .iter()
@@ -290,7 +300,12 @@ impl DisplayAs for KeptScanExec {
             Op::Read => "KeptScanExec",
             Op::Free => "KeptScanExec (free)",
         };
-        write!(f, "{what}: table={}, parts=[{}]", self.name, held.join(", "))
+        write!(
+            f,
+            "{what}: table={}, parts=[{}]",
+            self.name,
+            held.join(", ")
+        )
     }
 }
 
@@ -364,4 +379,79 @@ pub fn freed(batches: &[RecordBatch]) -> (u64, u64) {
         }
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::prelude::SessionConfig;
+    use datafusion_distributed::ScaleUpLeafNodeEvent;
+
+    use super::*;
+
+    fn part(task: u32, holder: &str) -> KeptPart {
+        KeptPart {
+            task,
+            partition: 0,
+            rows: 10,
+            bytes: 80,
+            on_disk: false,
+            process: "p".into(),
+            holder: Some(holder.into()),
+        }
+    }
+
+    fn scan(parts: Vec<KeptPart>) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let scan = KeptScanExec::new(Uuid::new_v4(), "t".into(), Op::Read, schema, None, parts);
+        Arc::new(scan.unwrap())
+    }
+
+    #[test]
+    fn travels_as_the_reference_it_is() {
+        let plan = scan(vec![part(0, "http://a:1/"), part(1, "http://b:1/")]);
+        let mut buf = Vec::new();
+        encode(&plan, &mut buf).unwrap().unwrap();
+        let back = decode(&buf).unwrap().unwrap();
+        let (a, b) = (
+            plan.downcast_ref::<KeptScanExec>().unwrap(),
+            back.downcast_ref::<KeptScanExec>().unwrap(),
+        );
+        assert_eq!(
+            (a.table, &a.name, a.schema()),
+            (b.table, &b.name, b.schema())
+        );
+        assert_eq!(b.parts.len(), 2);
+        assert!(buf.len() < 1_000, "{} bytes", buf.len());
+    }
+
+    #[test]
+    fn each_task_reads_one_holder_s_parts_and_is_sent_there() {
+        let plan = scan(vec![
+            part(0, "http://a:1/"),
+            part(1, "http://b:1/"),
+            part(2, "http://a:1/"),
+        ]);
+        assert_eq!(task_count(&plan), Some(2));
+        let config = SessionConfig::new();
+        let ev = ScaleUpLeafNodeEvent {
+            plan: &plan,
+            task_count: 2,
+            session_config: &config,
+        };
+        let Some(Ok(response)) = scale_up(ev) else {
+            panic!("a kept scan is split by holder");
+        };
+        let leaf = response.plan.downcast_ref::<DistributedLeafExec>().unwrap();
+        let urls = holders_of(leaf.variants()).unwrap().unwrap();
+        let urls: Vec<&str> = urls.iter().map(Url::as_str).collect();
+        assert_eq!(urls, ["http://a:1/", "http://b:1/"]);
+        // Variants agree on partitions: the one-part holder's is padded with an empty one.
+        let widths: Vec<usize> = leaf
+            .variants()
+            .iter()
+            .map(|v| v.properties().partitioning.partition_count())
+            .collect();
+        assert_eq!(widths, [2, 2]);
+    }
 }

@@ -61,7 +61,10 @@ pub fn put(
     batches: Vec<RecordBatch>,
     ctx: &TaskContext,
 ) -> Result<PartSize> {
-    let batches = batches.into_iter().map(compact).collect::<Result<Vec<_>>>()?;
+    let batches = batches
+        .into_iter()
+        .map(compact)
+        .collect::<Result<Vec<_>>>()?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     let bytes: u64 = batches
         .iter()
@@ -125,7 +128,12 @@ fn compact(batch: RecordBatch) -> Result<RecordBatch> {
 
 /// The batches of `table`'s part `key`, if this process holds it.
 pub fn get(table: Uuid, key: PartKey) -> Option<Result<Vec<RecordBatch>>> {
-    let part = STORE.lock().expect("poisoned").get(&table)?.get(&key).cloned()?;
+    let part = STORE
+        .lock()
+        .expect("poisoned")
+        .get(&table)?
+        .get(&key)
+        .cloned()?;
     Some(match &part.place {
         Place::Memory { batches, .. } => Ok(batches.clone()),
         Place::Disk(file) => read_file(file.as_ref(), &part.schema),
@@ -139,7 +147,9 @@ fn read_file(file: &dyn SpillFile, schema: &SchemaRef) -> Result<Vec<RecordBatch
     let reader = StreamReader::try_new(std::io::BufReader::new(std::fs::File::open(path)?), None)?;
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
     // Read as written: the schema is the part's own.
-    debug_assert!(batches.iter().all(|b| b.schema().fields() == schema.fields()));
+    debug_assert!(batches
+        .iter()
+        .all(|b| b.schema().fields() == schema.fields()));
     Ok(batches)
 }
 

@@ -7,7 +7,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::capsule::{self, import_session_codec, session_settings};
-use datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
 use super::errors::to_py_err;
 use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
@@ -15,7 +14,6 @@ use super::security::SecuritySpec;
 use crate::coordinator::{
     ClusterPlanner, DistributedTable, PlanRequest, ProgressSink, ProgressUpdate, Role,
 };
-use crate::kept;
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
@@ -23,6 +21,7 @@ use crate::runtime;
 use crate::security::Security;
 use crate::worker::EmbeddedCluster;
 use crate::VERSION;
+use datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct Coordinator {
@@ -77,7 +76,7 @@ impl Coordinator {
 
     /// The kept tables on these workers: `(id, name, shares)` (see `KeptTable.shares`).
     fn kept_tables<'py>(&self, py: Python<'py>) -> PyResult<Vec<kept_table::KeptRow<'py>>> {
-        let mine = kept::all_tables()
+        let mine = crate::coordinator::all_kept_tables()
             .into_iter()
             .filter(|t| t.is_on(&self.planner))
             .collect();
@@ -209,7 +208,7 @@ impl Coordinator {
         )?;
         let planner = Arc::clone(&self.planner);
         let table = runtime::wait_for(py, async move {
-            kept::KeptTable::keep(planner, &request, name, original)
+            crate::coordinator::KeptTable::keep(planner, &request, name, original)
                 .await
                 .map_err(to_py_err)
         })?;

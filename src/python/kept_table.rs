@@ -6,11 +6,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
 use super::capsule;
-use crate::kept;
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct KeptTable {
-    pub table: Arc<kept::KeptTable>,
+    pub table: Arc<crate::coordinator::KeptTable>,
 }
 
 #[pymethods]
@@ -58,14 +57,20 @@ pub type KeptRow<'py> = (String, String, Vec<Bound<'py, PyDict>>);
 /// Every kept table of this process still held: `(id, name, shares)`.
 #[pyfunction]
 pub fn kept_tables(py: Python<'_>) -> PyResult<Vec<KeptRow<'_>>> {
-    rows(py, kept::all_tables())
+    rows(py, crate::coordinator::all_kept_tables())
 }
 
-pub fn rows(py: Python<'_>, tables: Vec<Arc<kept::KeptTable>>) -> PyResult<Vec<KeptRow<'_>>> {
+pub fn rows(
+    py: Python<'_>,
+    tables: Vec<Arc<crate::coordinator::KeptTable>>,
+) -> PyResult<Vec<KeptRow<'_>>> {
     tables
         .into_iter()
         .map(|t| {
-            let shares = KeptTable { table: Arc::clone(&t) }.shares(py)?;
+            let shares = KeptTable {
+                table: Arc::clone(&t),
+            }
+            .shares(py)?;
             Ok((t.id.to_string(), t.name.clone(), shares))
         })
         .collect()

@@ -10,10 +10,10 @@ mod coordinator;
 mod defaults;
 mod errors;
 mod health;
+mod kept_table;
 mod plan;
 mod security;
 mod snapshot_table;
-mod kept_table;
 mod statement;
 mod worker;
 

@@ -229,7 +229,11 @@ impl DistributedPlan {
 
     /// Bytes of plan fragments the latest scan sent to workers (every run of it).
     fn plan_bytes_sent(&self) -> usize {
-        self.table.runs().iter().map(|(_, log)| log.plan_bytes()).sum()
+        self.table
+            .runs()
+            .iter()
+            .map(|(_, log)| log.plan_bytes())
+            .sum()
     }
 
     /// The worker failure the latest run ended with, as `(worker_url, kind, message)`: what

@@ -38,7 +38,9 @@ pub fn create_table_as(
     let Some(SqlStatement::CreateTable(create)) = one_statement(sql, session)? else {
         return Ok(None);
     };
-    let Some(query) = create.query.filter(|_| create.columns.is_empty() && !create.external)
+    let Some(query) = create
+        .query
+        .filter(|_| create.columns.is_empty() && !create.external)
     else {
         return Ok(None);
     };

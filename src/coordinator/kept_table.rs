@@ -7,16 +7,15 @@
 //! lineage first when a holder is no longer among the workers (or no longer holds them).
 //! When the last handle goes (`DROP TABLE`, `deregister_table`, the frame collected) every
 //! worker frees the table's parts.
-use std::collections::HashMap;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -24,21 +23,20 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
+use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
-use super::keep::{parts_of, KeptPart};
-use super::scan::{freed, KeptScanExec, Op, ReadBack};
-use super::store::{self, PROCESS};
-use crate::coordinator::{ClusterPlanner, DistributedTable, PlanRequest, Planned};
+use super::planner::{ClusterPlanner, PlanRequest, Planned};
+use super::table::DistributedTable;
+use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op, ReadBack};
 use crate::runtime;
-
-/// Every kept table of this process, by id, while something holds it.
-static TABLES: LazyLock<Mutex<HashMap<Uuid, Weak<KeptTable>>>> = LazyLock::new(Mutex::default);
 
 pub struct KeptTable {
     pub id: Uuid,
+    /// Itself, for the scans it makes to read their parts back through.
+    me: Weak<KeptTable>,
     pub name: String,
     schema: SchemaRef,
     parts: Mutex<Vec<KeptPart>>,
@@ -54,7 +52,9 @@ pub struct KeptTable {
 
 impl std::fmt::Debug for KeptTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeptTable").field("name", &self.name).finish()
+        f.debug_struct("KeptTable")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -86,8 +86,9 @@ impl KeptTable {
             lineage.plan_bytes = Vec::new(); // made again from the original when needed
         }
         let lineage = Arc::new(lineage);
-        let table = Arc::new(Self {
+        let table = Arc::new_cyclic(|me| Self {
             id,
+            me: me.clone(),
             name,
             schema,
             parts: Mutex::new(parts),
@@ -96,10 +97,8 @@ impl KeptTable {
             original,
             stale: AtomicBool::new(false),
         });
-        TABLES
-            .lock()
-            .expect("poisoned")
-            .insert(id, Arc::downgrade(&table));
+        let weak: Weak<dyn KeptSource> = Arc::downgrade(&table) as _;
+        kept::register(id, weak);
         Ok(table)
     }
 
@@ -135,7 +134,7 @@ impl KeptTable {
 
     /// The parts now, made again first when one of their holders is not among `workers` or
     /// was found not to hold them.
-    async fn current_parts(&self, workers: &[Url]) -> Result<Vec<KeptPart>> {
+    async fn parts_now(&self, workers: &[Url]) -> Result<Vec<KeptPart>> {
         let parts = self.parts.lock().expect("poisoned").clone();
         let listed = |p: &KeptPart| match &p.holder {
             Some(h) => workers.iter().any(|w| w.as_str() == h),
@@ -198,9 +197,31 @@ impl KeptTable {
     }
 }
 
+impl KeptSource for KeptTable {
+    fn current_parts<'a>(&'a self, workers: &'a [Url]) -> BoxFuture<'a, Result<Vec<KeptPart>>> {
+        Box::pin(self.parts_now(workers))
+    }
+
+    fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Relaxed);
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// Every kept table of this process still held.
+pub fn all_kept_tables() -> Vec<Arc<KeptTable>> {
+    let tables = kept::all().into_iter().map(KeptSource::into_any);
+    tables
+        .filter_map(|t| t.downcast::<KeptTable>().ok())
+        .collect()
+}
+
 fn holder_name(p: &KeptPart, embedded: bool) -> String {
     match (&p.holder, embedded) {
-        (_, false) if p.process == PROCESS.to_string() => "coordinator".into(),
+        (_, false) if p.process == store::PROCESS.to_string() => "coordinator".into(),
         (Some(h), _) => h.trim_end_matches('/').to_string(),
         (None, _) => "coordinator".into(),
     }
@@ -222,7 +243,10 @@ async fn make_parts(
 }
 
 /// Runs `request` on the cluster (with the query-level retry) and gathers its rows.
-async fn run(planner: &Arc<ClusterPlanner>, request: &Arc<PlanRequest>) -> Result<Vec<RecordBatch>> {
+async fn run(
+    planner: &Arc<ClusterPlanner>,
+    request: &Arc<PlanRequest>,
+) -> Result<Vec<RecordBatch>> {
     let stream = stream(Arc::clone(planner), Arc::clone(request)).await?;
     stream.try_collect().await
 }
@@ -306,7 +330,7 @@ async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, tabl
 
 impl Drop for KeptTable {
     fn drop(&mut self) {
-        TABLES.lock().expect("poisoned").remove(&self.id);
+        kept::unregister(self.id);
         let (planner, lineage, id) = (
             Arc::clone(&self.planner),
             Arc::clone(&self.lineage),
@@ -345,89 +369,6 @@ impl ReadBack for FromHolders {
     }
 }
 
-/// Gives each kept scan in `plan` its table's current parts (made again where lost), and
-/// turns the parts this process holds for a cluster of worker processes into an in-memory
-/// scan that travels inline.
-pub async fn resolve(
-    plan: Arc<dyn ExecutionPlan>,
-    workers: &[Url],
-    embedded: bool,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let mut ids = Vec::new();
-    plan.apply(|node| {
-        if let Some(scan) = node.downcast_ref::<KeptScanExec>() {
-            if scan.op == Op::Read && !ids.contains(&scan.table) {
-                ids.push(scan.table);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    if ids.is_empty() {
-        return Ok(plan);
-    }
-    let mut current = HashMap::new();
-    for id in ids {
-        let table = TABLES.lock().expect("poisoned").get(&id).and_then(Weak::upgrade);
-        let Some(table) = table else {
-            // Internal runs (reading back, freeing) name their parts themselves.
-            continue;
-        };
-        let parts = table.current_parts(workers).await?;
-        current.insert(id, parts);
-    }
-    let own = PROCESS.to_string();
-    plan.transform_up(|node| {
-        let Some(scan) = node.downcast_ref::<KeptScanExec>() else {
-            return Ok(Transformed::no(node));
-        };
-        let Some(parts) = current.get(&scan.table) else {
-            return Ok(Transformed::no(node));
-        };
-        if embedded || parts.iter().all(|p| p.process != own) {
-            return Ok(Transformed::yes(Arc::new(scan.over(parts.clone())?) as _));
-        }
-        // Rows this process kept (a result gathered here, such as an ordered one): inline.
-        let mut batches = Vec::new();
-        for p in parts {
-            let held = store::get(scan.table, (p.task, p.partition)).ok_or_else(|| {
-                exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
-            })??;
-            batches.push(held);
-        }
-        let mem = MemorySourceConfig::try_new_exec(
-            &batches,
-            Arc::clone(&scan.table_schema),
-            scan.projection.clone(),
-        )?;
-        Ok(Transformed::yes(mem as _))
-    })
-    .map(|t| t.data)
-}
-
-/// Every kept table still held in this process.
-pub fn all_tables() -> Vec<Arc<KeptTable>> {
-    let tables = TABLES.lock().expect("poisoned");
-    tables.values().filter_map(Weak::upgrade).collect()
-}
-
-/// Marks the kept table an error says a worker did not hold as stale; whether it was one.
-pub fn mark_stale(err: &DataFusionError) -> bool {
-    let text = err.to_string();
-    let Some(at) = text.find(super::MISSING) else {
-        return false;
-    };
-    let tail = &text[at..];
-    let id = tail
-        .split(['(', ')'])
-        .find_map(|s| Uuid::parse_str(s.trim()).ok());
-    let table = id.and_then(|id| TABLES.lock().expect("poisoned").get(&id)?.upgrade());
-    if let Some(table) = table {
-        table.stale.store(true, Ordering::Relaxed);
-        return true;
-    }
-    false
-}
-
 #[async_trait]
 impl TableProvider for KeptTable {
     fn schema(&self) -> SchemaRef {
@@ -445,11 +386,8 @@ impl TableProvider for KeptTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let me = TABLES.lock().expect("poisoned").get(&self.id).cloned();
-        let mut scan = self.scan_node(projection.cloned())?;
-        if let Some(me) = me {
-            scan = scan.with_read_back(Arc::new(FromHolders(me)));
-        }
-        Ok(Arc::new(scan))
+        let me = self.me.clone();
+        let scan = self.scan_node(projection.cloned())?;
+        Ok(Arc::new(scan.with_read_back(Arc::new(FromHolders(me)))))
     }
 }

@@ -1,0 +1,132 @@
+//! Every kept table of this process, by id, as a query's planning finds them: the kept
+//! scans of a plan get their table's current parts here ([`resolve`]), made again first where
+//! a holder was lost. The tables themselves (`coordinator::KeptTable`) run queries to make
+//! their parts; this side only knows them through [`KeptSource`].
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::future::BoxFuture;
+use url::Url;
+use uuid::Uuid;
+
+use super::keep::KeptPart;
+use super::scan::{KeptScanExec, Op};
+use super::store::{self, PROCESS};
+
+/// A kept table as planning sees it.
+pub trait KeptSource: Send + Sync {
+    /// Its parts now, made again first when one of their holders is not among `workers` or
+    /// was found not to hold them.
+    fn current_parts<'a>(&'a self, workers: &'a [Url]) -> BoxFuture<'a, Result<Vec<KeptPart>>>;
+    /// A holder was found not to hold its parts (a worker restarted at the same address).
+    fn mark_stale(&self);
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+type Tables = HashMap<Uuid, Weak<dyn KeptSource>>;
+
+static TABLES: LazyLock<Mutex<Tables>> = LazyLock::new(Mutex::default);
+
+pub fn register(id: Uuid, table: Weak<dyn KeptSource>) {
+    TABLES.lock().expect("poisoned").insert(id, table);
+}
+
+pub fn unregister(id: Uuid) {
+    TABLES.lock().expect("poisoned").remove(&id);
+}
+
+fn get(id: &Uuid) -> Option<Arc<dyn KeptSource>> {
+    TABLES
+        .lock()
+        .expect("poisoned")
+        .get(id)
+        .and_then(Weak::upgrade)
+}
+
+/// Every kept table still held in this process.
+pub fn all() -> Vec<Arc<dyn KeptSource>> {
+    let tables = TABLES.lock().expect("poisoned");
+    tables.values().filter_map(Weak::upgrade).collect()
+}
+
+/// Gives each kept scan in `plan` its table's current parts (made again where lost), and
+/// turns the parts this process holds for a cluster of worker processes into an in-memory
+/// scan that travels inline.
+pub async fn resolve(
+    plan: Arc<dyn ExecutionPlan>,
+    workers: &[Url],
+    embedded: bool,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut ids = Vec::new();
+    plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<KeptScanExec>() {
+            if scan.op == Op::Read && !ids.contains(&scan.table) {
+                ids.push(scan.table);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if ids.is_empty() {
+        return Ok(plan);
+    }
+    let mut current = HashMap::new();
+    for id in ids {
+        let Some(table) = get(&id) else {
+            // Internal runs (reading back, freeing) name their parts themselves.
+            continue;
+        };
+        let parts = table.current_parts(workers).await?;
+        current.insert(id, parts);
+    }
+    let own = PROCESS.to_string();
+    plan.transform_up(|node| {
+        let Some(scan) = node.downcast_ref::<KeptScanExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(parts) = current.get(&scan.table) else {
+            return Ok(Transformed::no(node));
+        };
+        if embedded || parts.iter().all(|p| p.process != own) {
+            return Ok(Transformed::yes(Arc::new(scan.over(parts.clone())?) as _));
+        }
+        // Rows this process kept (a result gathered here, such as an ordered one): inline.
+        let mut batches = Vec::new();
+        for p in parts {
+            let held = store::get(scan.table, (p.task, p.partition)).ok_or_else(|| {
+                exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
+            })??;
+            batches.push(held);
+        }
+        let mem = MemorySourceConfig::try_new_exec(
+            &batches,
+            Arc::clone(&scan.table_schema),
+            scan.projection.clone(),
+        )?;
+        Ok(Transformed::yes(mem as _))
+    })
+    .map(|t| t.data)
+}
+
+/// Marks the kept table an error says a worker did not hold as stale; whether it was one.
+pub fn mark_stale(err: &DataFusionError) -> bool {
+    let text = err.to_string();
+    let Some(at) = text.find(super::MISSING) else {
+        return false;
+    };
+    let tail = &text[at..];
+    let id = tail
+        .split(['(', ')'])
+        .find_map(|s| Uuid::parse_str(s.trim()).ok());
+    match id.and_then(|id| get(&id)) {
+        Some(table) => {
+            table.mark_stale();
+            true
+        }
+        None => false,
+    }
+}
