@@ -603,8 +603,6 @@ class DistributedContext:
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
         _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
-        # Ours over the session's settings, which the core reads from the session itself.
-        options = self._config.to_options()
         try:
             physical = fresh.execution_plan()
         except Exception as e:  # the query's own error: single-node gives it when it runs
@@ -616,16 +614,21 @@ class DistributedContext:
             plan_bytes = physical.to_bytes(wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
-        codec = wire.__datafusion_physical_extension_codec__()
         table_scans = _text_file_scans(physical, fresh)
-        stores = object_stores.stores_of(self._ctx)
-        report = progress_mod.to_rust(feed)
-        request = {
-            "plan_bytes": plan_bytes, "codec": codec, "options": options, "stores": stores,
-            "progress": report, "session": wire, "min_workers": self._config.min_workers,
-            "max_retries": self._config.max_retries, "table_scans": table_scans,
-        }  # fmt: skip
+        request = {**self._settings(wire, feed), "plan_bytes": plan_bytes}
+        request["table_scans"] = table_scans
         return fresh, request
+
+    def _settings(self, wire: SessionContext, feed: Feed) -> dict[str, Any]:
+        """What the core plans any query with, besides its plan: the session it is serialised
+        through (and its codec), our options over the session's settings (the core reads
+        those from the session itself), object stores, progress and retries."""
+        return {
+            "codec": wire.__datafusion_physical_extension_codec__(), "session": wire,
+            "options": self._config.to_options(), "stores": object_stores.stores_of(self._ctx),
+            "progress": progress_mod.to_rust(feed), "min_workers": self._config.min_workers,
+            "max_retries": self._config.max_retries,
+        }  # fmt: skip
 
     def _keep(
         self, df: DataFrame, name: str, original: pa.RecordBatchReader | None = None
@@ -636,7 +639,10 @@ class DistributedContext:
         table (to send again if a worker is lost, and for single-node to read here)."""
         feed = Feed(f"keep {name}: {_describe(df)}", (self, self._workers), self._progress)
         try:
-            _, request = self._request(df, feed)
+            if original is not None:  # its rows are sent, not a plan holding them
+                request = {**self._settings(self._ctx, feed), "plan_bytes": b""}
+            else:
+                _, request = self._request(df, feed)
             return self._coordinator.keep(name, **request, original=original)
         except UnsupportedPlanError as e:
             self._source_error(e, df)  # warns, or raises under fallback="error"

@@ -102,15 +102,16 @@ def _listed(item: pytest.Item) -> bool:
 
 
 def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every query of every ``DistributedContext`` refuse distribution: each plan the
-    core is asked for (a query's, a result to keep on the workers) is made by ``_request``."""
+    """Make every query of every ``DistributedContext`` refuse distribution: whatever the
+    core is asked to run (a query, a result or table to keep on the workers) starts from
+    ``_settings``."""
     from datafusion_distributed_py.context import DistributedContext
     from datafusion_distributed_py.errors import UnsupportedPlanError
 
-    def refuse(self: Any, df: Any, feed: Any) -> Any:
+    def refuse(self: Any, wire: Any, feed: Any) -> Any:
         raise UnsupportedPlanError(REASON)
 
-    monkeypatch.setattr(DistributedContext, "_request", refuse)
+    monkeypatch.setattr(DistributedContext, "_settings", refuse)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -44,7 +44,8 @@ pub struct KeptTable {
     /// The query that made the parts (with `keep` set): run again to make lost ones.
     lineage: Arc<PlanRequest>,
     /// The coordinator's own rows it was made from, when it started there (an in-memory
-    /// table): sent again to remake lost parts, and what single-node reads here.
+    /// table): what was sent, sent again to remake lost parts, and what single-node reads
+    /// here.
     original: Option<Vec<RecordBatch>>,
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     stale: AtomicBool,
@@ -69,23 +70,22 @@ pub struct HolderShare {
 }
 
 impl KeptTable {
-    /// Runs `request` (a query of `schema`) keeping its result on the workers, as `name`.
-    /// `original`: the rows of an in-memory table `request` scans, held here already (the
-    /// request's own serialised copy of them is not kept).
+    /// Runs `request` keeping its result on the workers, as `name`; or, given `original`
+    /// (an in-memory table's schema and rows, held here), sends those rows instead (and
+    /// `request` only lends its settings).
     pub async fn keep(
         planner: Arc<ClusterPlanner>,
         request: &PlanRequest,
         name: String,
-        original: Option<Vec<RecordBatch>>,
+        original: Option<(SchemaRef, Vec<RecordBatch>)>,
     ) -> Result<Arc<Self>> {
         let id = Uuid::new_v4();
-        let first = Arc::new(request.keeping(id));
-        let (parts, schema) = make_parts(&planner, &first).await?;
-        let mut lineage = first.detached();
-        if original.is_some() {
-            lineage.plan_bytes = Vec::new(); // made again from the original when needed
-        }
-        let lineage = Arc::new(lineage);
+        let lineage = Arc::new(request.detached());
+        let (original, rows) = match original {
+            Some((schema, rows)) => (Some(rows), Some(schema)),
+            None => (None, None),
+        };
+        let (parts, schema) = make_parts(&planner, &lineage, id, original.as_deref(), rows).await?;
         let table = Arc::new_cyclic(|me| Self {
             id,
             me: me.clone(),
@@ -151,7 +151,9 @@ impl KeptTable {
         );
         // What the lost holders' peers still hold of it is freed first: the run replaces it.
         free_everywhere(&self.planner, &self.lineage, self.id).await;
-        let (parts, _) = make_parts(&self.planner, &self.lineage_request()?)
+        let rows = self.original.as_deref();
+        let schema = Some(Arc::clone(&self.schema));
+        let (parts, _) = make_parts(&self.planner, &self.lineage, self.id, rows, schema)
             .await
             .map_err(|e| {
                 exec_datafusion_err!(
@@ -162,21 +164,6 @@ impl KeptTable {
         *self.parts.lock().expect("poisoned") = parts.clone();
         self.stale.store(false, Ordering::Relaxed);
         Ok(parts)
-    }
-
-    /// The request that makes its parts: the query that made them, or its original rows
-    /// sent again.
-    fn lineage_request(&self) -> Result<Arc<PlanRequest>> {
-        let Some(original) = &self.original else {
-            return Ok(Arc::clone(&self.lineage));
-        };
-        let scan = MemorySourceConfig::try_new_exec(
-            std::slice::from_ref(original),
-            Arc::clone(&self.schema),
-            None,
-        )?;
-        let request = internal_request(&self.lineage, scan)?;
-        Ok(Arc::new(request.keeping(self.id)))
     }
 
     fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
@@ -228,7 +215,56 @@ fn holder_name(p: &KeptPart, embedded: bool) -> String {
 }
 
 /// Runs a keeping request: the parts its tasks hold, and their schema.
+/// Makes a table's parts: runs its query (`lineage`), or sends the coordinator's `original`
+/// rows (of `schema`) in runs of about [`SEND_BYTES`] each, so that what is being sent is
+/// never a copy of the whole table at once.
 async fn make_parts(
+    planner: &Arc<ClusterPlanner>,
+    lineage: &PlanRequest,
+    table: Uuid,
+    original: Option<&[RecordBatch]>,
+    schema: Option<SchemaRef>,
+) -> Result<(Vec<KeptPart>, SchemaRef)> {
+    let (Some(rows), Some(schema)) = (original, schema) else {
+        return run_keeping(planner, &Arc::new(lineage.keeping(table, 0))).await;
+    };
+    let mut parts = Vec::new();
+    for (i, run) in runs(rows, SEND_BYTES).into_iter().enumerate() {
+        let scan = MemorySourceConfig::try_new_exec(&[run], Arc::clone(&schema), None)?;
+        let request = lineage.running_plan(scan).keeping(table, (i as u32) << 16);
+        parts.extend(run_keeping(planner, &Arc::new(request)).await?.0);
+    }
+    Ok((parts, schema))
+}
+
+/// How much of an in-memory table one run sends.
+const SEND_BYTES: usize = 64 << 20;
+
+/// `rows` in groups of about `bytes` each (a bigger batch sliced, zero-copy).
+fn runs(rows: &[RecordBatch], bytes: usize) -> Vec<Vec<RecordBatch>> {
+    let mut runs = vec![Vec::new()];
+    let mut size = 0;
+    for batch in rows {
+        let per_row = batch.get_array_memory_size() / batch.num_rows().max(1);
+        let step = (bytes / per_row.max(1)).max(1);
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let piece = batch.slice(offset, step.min(batch.num_rows() - offset));
+            offset += piece.num_rows();
+            size += piece.num_rows() * per_row;
+            runs.last_mut().expect("one run at least").push(piece);
+            if size >= bytes {
+                runs.push(Vec::new());
+                size = 0;
+            }
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
+}
+
+/// Runs a keeping request: the parts its tasks hold, and their schema.
+async fn run_keeping(
     planner: &Arc<ClusterPlanner>,
     request: &Arc<PlanRequest>,
 ) -> Result<(Vec<KeptPart>, SchemaRef)> {

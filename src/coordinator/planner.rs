@@ -52,6 +52,9 @@ enum Cluster {
 /// the session codec that can decode it, and the config entries to plan and run with.
 pub struct PlanRequest {
     pub plan_bytes: Vec<u8>,
+    /// The plan itself, when it was made here rather than by datafusion-python (a kept
+    /// table's rows sent again): planned from this, not from `plan_bytes`.
+    pub plan: Option<Arc<dyn ExecutionPlan>>,
     /// The compressed tables the plan reads (their compression is not in `plan_bytes`).
     pub compressed_tables: Vec<CompressedTable>,
     pub codec: Arc<dyn PhysicalExtensionCodec>,
@@ -81,19 +84,28 @@ pub struct PlanRequest {
 pub enum Role {
     /// The query's rows, to the caller.
     Query,
-    /// The query's rows kept where its last stage computes them, as this kept table's parts.
-    Keep(uuid::Uuid),
+    /// The query's rows kept where its last stage computes them, as this kept table's parts
+    /// (numbered from `task_base`: a table sent in several runs numbers each run's apart).
+    Keep { table: uuid::Uuid, task_base: u32 },
     /// A plan of our own nodes (reading kept parts back, freeing them) that names its parts.
     Internal,
 }
 
 impl PlanRequest {
     /// This request, run to keep its rows as kept table `table`'s parts.
-    pub fn keeping(&self, table: uuid::Uuid) -> Self {
+    pub fn keeping(&self, table: uuid::Uuid, task_base: u32) -> Self {
         let mut kept = self.running(self.plan_bytes.clone());
+        kept.plan = self.plan.clone();
         kept.compressed_tables = self.compressed_tables.clone();
-        kept.role = Role::Keep(table);
+        kept.role = Role::Keep { table, task_base };
         kept
+    }
+
+    /// A request for `plan` (made here) with this request's settings and no progress.
+    pub fn running_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Self {
+        let mut request = self.running(Vec::new());
+        request.plan = Some(plan);
+        request
     }
 
     /// This request without what ties it to Python objects (the progress callback, the
@@ -101,6 +113,7 @@ impl PlanRequest {
     /// the session the table is registered on, must not hold that session in its turn.
     pub fn detached(&self) -> Self {
         let mut detached = self.running(self.plan_bytes.clone());
+        detached.plan = self.plan.clone();
         detached.compressed_tables = self.compressed_tables.clone();
         detached.role = self.role;
         detached.keep_alive = None;
@@ -112,6 +125,7 @@ impl PlanRequest {
     pub fn running(&self, plan_bytes: Vec<u8>) -> Self {
         Self {
             plan_bytes,
+            plan: None,
             compressed_tables: Vec::new(),
             codec: Arc::clone(&self.codec),
             options: self.options.clone(),
@@ -279,14 +293,20 @@ impl ClusterPlanner {
         let task_ctx = state.task_ctx();
         // What cannot be decoded lost something in serialisation (a Float16 literal turned
         // Float32, an operator with no serialised form): the query runs single-node instead.
-        let mut plan =
-            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, &task_ctx, &*req.codec)
-                .map_err(|e| {
-                    not_distributable(format!(
-                        "its plan does not survive DataFusion 55's plan serialisation ({})",
-                        e.to_string().lines().next().unwrap_or_default()
-                    ))
-                })?;
+        let mut plan = match &req.plan {
+            Some(plan) => Arc::clone(plan),
+            None => physical_plan_from_bytes_with_extension_codec(
+                &req.plan_bytes,
+                &task_ctx,
+                &*req.codec,
+            )
+            .map_err(|e| {
+                not_distributable(format!(
+                    "its plan does not survive DataFusion 55's plan serialisation ({})",
+                    e.to_string().lines().next().unwrap_or_default()
+                ))
+            })?,
+        };
         if req.role != Role::Internal {
             plan = kept::resolve(plan, &urls, self.is_embedded()).await?;
         }
@@ -315,9 +335,9 @@ impl ClusterPlanner {
         }
         let mut plan = plan_rewrites::prepare(plan, state.config_options())?;
         let mut kept_schema = None;
-        if let Role::Keep(table) = req.role {
+        if let Role::Keep { table, task_base } = req.role {
             kept_schema = Some(plan.schema());
-            plan = kept::keep_on_workers(plan, table, urls.clone());
+            plan = kept::keep_on_workers(plan, table, task_base, urls.clone());
         }
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");

@@ -37,6 +37,8 @@ const TAG: &[u8] = b"dfdpy.keep:";
 pub struct KeepExec {
     input: Arc<dyn ExecutionPlan>,
     table: Uuid,
+    /// Added to the task index in the parts' keys (see `Role::Keep`).
+    task_base: u32,
     /// The workers the stage's tasks go to, task `i` to `workers[i % len]`.
     workers: Vec<Url>,
     properties: Arc<PlanProperties>,
@@ -88,14 +90,20 @@ fn summary_schema() -> SchemaRef {
 pub fn keep_on_workers(
     plan: Arc<dyn ExecutionPlan>,
     table: Uuid,
+    task_base: u32,
     workers: Vec<Url>,
 ) -> Arc<dyn ExecutionPlan> {
-    let keep = Arc::new(KeepExec::new(plan, table, workers));
+    let keep = Arc::new(KeepExec::new(plan, table, task_base, workers));
     Arc::new(CoalescePartitionsExec::new(keep))
 }
 
 impl KeepExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>, table: Uuid, workers: Vec<Url>) -> Self {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        table: Uuid,
+        task_base: u32,
+        workers: Vec<Url>,
+    ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(summary_schema()),
             input.output_partitioning().clone(),
@@ -105,6 +113,7 @@ impl KeepExec {
         Self {
             input,
             table,
+            task_base,
             workers,
             properties: Arc::new(properties),
         }
@@ -162,8 +171,11 @@ pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result
     buf.extend_from_slice(TAG);
     let workers: Vec<&str> = keep.workers.iter().map(Url::as_str).collect();
     Some(
-        serde_json::to_writer(&mut *buf, &(keep.table.to_string(), workers))
-            .map_err(|e| exec_datafusion_err!("encoding KeepExec: {e}")),
+        serde_json::to_writer(
+            &mut *buf,
+            &(keep.table.to_string(), keep.task_base, workers),
+        )
+        .map_err(|e| exec_datafusion_err!("encoding KeepExec: {e}")),
     )
 }
 
@@ -173,14 +185,15 @@ pub fn decode(
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     let rest = buf.strip_prefix(TAG)?;
     Some((|| {
-        let (table, workers): (String, Vec<String>) =
+        let (table, task_base, workers): (String, u32, Vec<String>) =
             serde_json::from_slice(rest).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
         let table = Uuid::parse_str(&table).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
         let workers = workers
             .iter()
             .map(|w| Url::parse(w).map_err(|e| exec_datafusion_err!("KeepExec: {e}")))
             .collect::<Result<_>>()?;
-        Ok(Arc::new(KeepExec::new(only(inputs, "KeepExec")?, table, workers)) as _)
+        let input = only(inputs, "KeepExec")?;
+        Ok(Arc::new(KeepExec::new(input, table, task_base, workers)) as _)
     })())
 }
 
@@ -194,6 +207,7 @@ impl ExecutionPlan for KeepExec {
     crate::plan_nodes::one_input_node!("KeepExec", input, |this, input| Self::new(
         input,
         this.table,
+        this.task_base,
         this.workers.clone()
     ));
 
@@ -207,9 +221,10 @@ impl ExecutionPlan for KeepExec {
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let task = DistributedTaskContext::from_ctx(&ctx).task_index;
+        let holder = self.worker_of(task).map(Url::to_string);
+        let task = self.task_base as usize + task;
         let rows = self.input.execute(partition, Arc::clone(&ctx))?;
         let (table, schema, input_schema) = (self.table, self.schema(), self.input.schema());
-        let holder = self.worker_of(task).map(Url::to_string);
         let out = Arc::clone(&schema);
         let kept = futures::stream::once(async move {
             let batches: Vec<RecordBatch> = rows.try_collect().await?;

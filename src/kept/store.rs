@@ -159,5 +159,30 @@ pub fn free(table: Uuid) -> (u64, u64) {
     let parts = STORE.lock().expect("poisoned").remove(&table);
     let parts = parts.unwrap_or_default();
     let bytes = parts.values().map(|p| p.bytes).sum();
-    (parts.len() as u64, bytes)
+    let count = parts.len() as u64;
+    drop(parts);
+    if bytes > 0 {
+        return_freed_pages();
+    }
+    (count, bytes)
+}
+
+/// Asks jemalloc to give the pages freed to the system now: it otherwise returns them as
+/// later allocations pass by, and an idle worker that dropped a table makes none.
+fn return_freed_pages() {
+    // "arena.<MALLCTL_ARENAS_ALL>.purge": every arena (jemalloc 5's MALLCTL_ARENAS_ALL, 4096).
+    let name = c"arena.4096.purge";
+    // SAFETY: a NUL-terminated control name; purge reads and writes nothing.
+    let code = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if code != 0 {
+        log::debug!("jemalloc did not purge its arenas (error {code})");
+    }
 }

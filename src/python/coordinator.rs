@@ -22,6 +22,7 @@ use crate::security::Security;
 use crate::worker::EmbeddedCluster;
 use crate::VERSION;
 use datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
+use datafusion::arrow::record_batch::RecordBatchReader;
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct Coordinator {
@@ -161,8 +162,9 @@ impl Coordinator {
     }
 
     /// Runs a plan as `distribute` takes it and keeps its result on the workers that compute
-    /// it, as the kept table `name`. `original`: when the plan scans an in-memory table whole,
-    /// its rows (anything with `__arrow_c_stream__`), held by the table to send again.
+    /// it, as the kept table `name`. `original`: an in-memory table's rows (anything with
+    /// `__arrow_c_stream__`) to send and keep instead, held by the table to send again (then
+    /// `plan_bytes` is not read).
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, table_scans = vec![], original = None
@@ -187,10 +189,11 @@ impl Coordinator {
             Some(obj) => {
                 let reader = ArrowArrayStreamReader::try_new(capsule::import_stream(&obj)?)
                     .map_err(|e| PyValueError::new_err(format!("the table's rows: {e}")))?;
+                let schema = reader.schema();
                 let batches = reader
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| PyValueError::new_err(format!("the table's rows: {e}")))?;
-                Some(batches)
+                Some((schema, batches))
             }
             None => None,
         };
@@ -244,6 +247,7 @@ fn request(
     }
     Ok(PlanRequest {
         plan_bytes: plan_bytes.to_vec(),
+        plan: None,
         compressed_tables,
         codec: Arc::new(import_session_codec(codec)?),
         options: settings,
