@@ -139,6 +139,30 @@ def test_create_table_as_statements_answer_as_single_node(workers):
     assert_distributed_equal(single, dctx, "SELECT * FROM vals ORDER BY column1", stages=False)
 
 
+@pytest.mark.parametrize("kept", ["CREATE TABLE AS", "in-memory"])
+def test_insert_into_a_kept_table_appends_as_single_node_does(workers, kept):
+    single, ctx, dctx = _pair(workers)
+    for m in (single, dctx):
+        if kept == "CREATE TABLE AS":
+            m.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+        else:
+            data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]})
+            (m if isinstance(m, SessionContext) else m.ctx).from_arrow(data, name="kept")
+    assert _kept_bytes("kept") > 0
+    for m in (single, dctx):
+        m.sql("INSERT INTO kept SELECT k, v + 1000000 AS w FROM src WHERE v < 500").collect()
+    ctx.sql("INSERT INTO kept VALUES (99, -1)").collect()
+    single.sql("INSERT INTO kept VALUES (99, -1)").collect()
+    for sql in FOLLOW_UPS:
+        assert_distributed_equal(single, dctx, sql, tolerance=1e-9)
+    count = "SELECT count(*) AS n, sum(w) AS s FROM kept"
+    assert ctx.sql(count).to_pylist() == single.sql(count).to_pylist()
+    with pytest.raises(Exception, match="not implemented"):
+        single.sql("INSERT OVERWRITE kept SELECT k, v AS w FROM src").collect()
+    with pytest.raises(Exception, match="not implemented"):
+        ctx.sql("INSERT OVERWRITE kept SELECT k, v AS w FROM src").collect()
+
+
 def _wait_freed(name: str) -> None:
     deadline = time.monotonic() + 10
     while any(n == name for _, n, _ in _internal.kept_tables()) and time.monotonic() < deadline:

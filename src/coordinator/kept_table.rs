@@ -15,13 +15,16 @@ use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::common::{exec_datafusion_err, not_impl_err, Result, SchemaExt};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
@@ -47,6 +50,10 @@ pub struct KeptTable {
     /// table): what was sent, sent again to remake lost parts, and what single-node reads
     /// here.
     original: Option<Vec<RecordBatch>>,
+    /// Rows `INSERT` appended, each insert's under a store id of its own: kept on the workers
+    /// as the rest, and held here too (sent again if a worker is lost; read here by
+    /// single-node).
+    appended: Mutex<Vec<(Uuid, Vec<RecordBatch>)>>,
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     stale: AtomicBool,
 }
@@ -95,6 +102,7 @@ impl KeptTable {
             planner,
             lineage,
             original,
+            appended: Mutex::default(),
             stale: AtomicBool::new(false),
         });
         let weak: Weak<dyn KeptSource> = Arc::downgrade(&table) as _;
@@ -161,18 +169,34 @@ impl KeptTable {
                     self.name
                 )
             })?;
+        let mut parts = parts;
+        let appended = self.appended.lock().expect("poisoned").clone();
+        for (id, rows) in &appended {
+            free_everywhere(&self.planner, &self.lineage, *id).await;
+            parts.extend(self.send_appended(*id, rows).await?);
+        }
         *self.parts.lock().expect("poisoned") = parts.clone();
         self.stale.store(false, Ordering::Relaxed);
         Ok(parts)
     }
 
     fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
-        let mut parts = self.parts.lock().expect("poisoned").clone();
-        if self.original.is_some() {
-            // Single-node reads the original here, whole: one partition standing for it (a
-            // distributed query is given the parts themselves, see `resolve`).
-            parts = vec![KeptPart::whole()];
-        }
+        // Single-node reads what this process holds whole, each as one partition standing for
+        // it (a distributed query is given the parts themselves, see `kept::resolve`): the
+        // original rows of an in-memory table, and each insert's rows.
+        let mut parts = match self.original {
+            Some(_) => vec![KeptPart::whole(None)],
+            None => {
+                let parts = self.parts.lock().expect("poisoned");
+                parts
+                    .iter()
+                    .filter(|p| p.store.is_none())
+                    .cloned()
+                    .collect()
+            }
+        };
+        let appended = self.appended.lock().expect("poisoned");
+        parts.extend(appended.iter().map(|(id, _)| KeptPart::whole(Some(*id))));
         KeptScanExec::new(
             self.id,
             self.name.clone(),
@@ -340,6 +364,7 @@ async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, tabl
             on_disk: false,
             process: String::new(),
             holder: Some(w.to_string()),
+            store: None,
         })
         .collect();
     let node = KeptScanExec::new(
@@ -367,12 +392,23 @@ async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, tabl
 impl Drop for KeptTable {
     fn drop(&mut self) {
         kept::unregister(self.id);
+        let appended: Vec<Uuid> = self
+            .appended
+            .get_mut()
+            .expect("poisoned")
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
         let (planner, lineage, id) = (
             Arc::clone(&self.planner),
             Arc::clone(&self.lineage),
             self.id,
         );
-        runtime::handle().spawn(async move { free_everywhere(&planner, &lineage, id).await });
+        runtime::handle().spawn(async move {
+            for id in std::iter::once(id).chain(appended) {
+                free_everywhere(&planner, &lineage, id).await;
+            }
+        });
     }
 }
 
@@ -387,8 +423,18 @@ impl ReadBack for FromHolders {
             .upgrade()
             .ok_or_else(|| exec_datafusion_err!("kept table {} was dropped", scan.name))?;
         let schema = scan.schema();
-        if let Some(original) = &table.original {
-            let rows = original
+        let whole = match scan.parts.as_slice() {
+            [part] if part.is_whole() => Some(part.store_id(table.id)),
+            _ => None,
+        };
+        if let Some(id) = whole {
+            // Rows this process holds: the original, or an insert's.
+            let appended = table.appended.lock().expect("poisoned");
+            let held = match appended.iter().find(|(a, _)| *a == id) {
+                Some((_, rows)) => rows.clone(),
+                None => table.original.clone().unwrap_or_default(),
+            };
+            let rows = held
                 .iter()
                 .map(|b| match &scan.projection {
                     Some(p) => b.project(p).map_err(Into::into),
@@ -405,8 +451,83 @@ impl ReadBack for FromHolders {
     }
 }
 
+impl KeptTable {
+    /// Sends `batches` to the workers as parts of their own, appended to the table.
+    async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
+        let id = Uuid::new_v4();
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let parts = self.send_appended(id, &batches).await?;
+        self.appended.lock().expect("poisoned").push((id, batches));
+        self.parts.lock().expect("poisoned").extend(parts);
+        Ok(rows)
+    }
+
+    /// The parts made of appended `rows` kept under store id `id`.
+    async fn send_appended(&self, id: Uuid, rows: &[RecordBatch]) -> Result<Vec<KeptPart>> {
+        let schema = Some(Arc::clone(&self.schema));
+        let (mut parts, _) =
+            make_parts(&self.planner, &self.lineage, id, Some(rows), schema).await?;
+        for part in &mut parts {
+            part.store = Some(id.to_string());
+        }
+        Ok(parts)
+    }
+}
+
+/// `INSERT INTO` a kept table: the rows are sent to the workers, appended as parts of their
+/// own.
+#[derive(Debug)]
+struct AppendSink {
+    table: Weak<KeptTable>,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for AppendSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "AppendSink: kept table")
+    }
+}
+
+#[async_trait]
+impl DataSink for AppendSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        let batches: Vec<RecordBatch> = data.try_collect().await?;
+        let table = self
+            .table
+            .upgrade()
+            .ok_or_else(|| exec_datafusion_err!("the kept table was dropped"))?;
+        table.append(batches).await
+    }
+}
+
 #[async_trait]
 impl TableProvider for KeptTable {
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.schema
+            .logically_equivalent_names_and_types(&input.schema())?;
+        if op != InsertOp::Append {
+            return not_impl_err!("{op} not implemented for a kept table ({})", self.name);
+        }
+        let sink = AppendSink {
+            table: self.me.clone(),
+            schema: Arc::clone(&self.schema),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }

@@ -56,11 +56,15 @@ pub struct KeptPart {
     pub process: String,
     /// The worker holding it, as the coordinator reaches it.
     pub holder: Option<String>,
+    /// The store id it is held under when not the table's own (rows appended by `INSERT`).
+    #[serde(default)]
+    pub store: Option<String>,
 }
 
 impl KeptPart {
-    /// A part no store holds, standing for a whole table read where it is (see `KeptTable`).
-    pub fn whole() -> Self {
+    /// A part no store holds, standing for rows the coordinator holds whole (a table's
+    /// original rows, or those an insert kept under `store`), read where they are.
+    pub fn whole(store: Option<Uuid>) -> Self {
         Self {
             task: u32::MAX - 1,
             partition: 0,
@@ -69,7 +73,18 @@ impl KeptPart {
             on_disk: false,
             process: String::new(),
             holder: None,
+            store: store.map(|s| s.to_string()),
         }
+    }
+
+    pub fn is_whole(&self) -> bool {
+        self.task == u32::MAX - 1
+    }
+
+    /// The store id it is held under: its own, or its table's.
+    pub fn store_id(&self, table: Uuid) -> Uuid {
+        let own = self.store.as_deref().and_then(|s| Uuid::parse_str(s).ok());
+        own.unwrap_or(table)
     }
 }
 
@@ -160,6 +175,7 @@ pub fn parts_of(batches: &[RecordBatch]) -> Result<Vec<KeptPart>> {
                 on_disk: on_disk.value(r),
                 process: process.value(r).to_string(),
                 holder: (!holder.is_null(r)).then(|| holder.value(r).to_string()),
+                store: None,
             });
         }
     }

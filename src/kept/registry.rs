@@ -91,13 +91,16 @@ pub async fn resolve(
         let Some(parts) = current.get(&scan.table) else {
             return Ok(Transformed::no(node));
         };
-        if embedded || parts.iter().all(|p| p.process != own) {
-            return Ok(Transformed::yes(Arc::new(scan.over(parts.clone())?) as _));
+        let here = !embedded && parts.iter().any(|p| p.process == own);
+        if !here {
+            let parts = parts.iter().map(|p| held_by_any(p, workers)).collect();
+            return Ok(Transformed::yes(Arc::new(scan.over(parts)?) as _));
         }
         // Rows this process kept (a result gathered here, such as an ordered one): inline.
         let mut batches = Vec::new();
         for p in parts {
-            let held = store::get(scan.table, (p.task, p.partition)).ok_or_else(|| {
+            let id = p.store_id(scan.table);
+            let held = store::get(id, (p.task, p.partition)).ok_or_else(|| {
                 exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
             })??;
             batches.push(held);
@@ -110,6 +113,16 @@ pub async fn resolve(
         Ok(Transformed::yes(mem as _))
     })
     .map(|t| t.data)
+}
+
+/// `part`, named as held by the first of `workers` when it names no holder (on the embedded
+/// cluster every worker shares the coordinator's store).
+fn held_by_any(part: &KeptPart, workers: &[Url]) -> KeptPart {
+    let mut part = part.clone();
+    if part.holder.is_none() {
+        part.holder = workers.first().map(Url::to_string);
+    }
+    part
 }
 
 /// Marks the kept table an error says a worker did not hold as stale; whether it was one.

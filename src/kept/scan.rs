@@ -133,7 +133,7 @@ impl KeptScanExec {
         let Some(part) = self.parts.get(partition) else {
             return Some(Ok(vec![])); // the empty partition of a table without parts
         };
-        let batches = store::get(self.table, (part.task, part.partition))?;
+        let batches = store::get(part.store_id(self.table), (part.task, part.partition))?;
         Some(batches.and_then(|batches| {
             match &self.projection {
                 Some(p) => batches
@@ -178,6 +178,7 @@ pub fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventR
                     on_disk: false,
                     process: String::new(),
                     holder: holder.clone(),
+                    store: None,
                 });
             }
             Ok(Arc::new(scan.over(g)?) as Arc<dyn ExecutionPlan>)
@@ -398,6 +399,7 @@ mod tests {
             on_disk: false,
             process: "p".into(),
             holder: Some(holder.into()),
+            store: None,
         }
     }
 
