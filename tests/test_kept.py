@@ -9,6 +9,7 @@ import gc
 import time
 from collections.abc import Callable
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -43,26 +44,27 @@ def _pair(
     return single, ctx, DistributedContext(ctx, workers, config=KEEP_ABOVE, progress=False)
 
 
-def _kept_bytes(name: str) -> int:
-    """Bytes held of the kept table ``name`` (of every cached frame: ``"cache of"``)."""
+def _kept_bytes(dctx: DistributedContext, name: str) -> int:
+    """Bytes ``dctx``'s workers hold of the kept table ``name`` (of its cached frames, for
+    ``"cache of"``)."""
     return sum(
-        s["bytes"] for _, n, shares in _internal.kept_tables()
-        if n == name or (name == "cache of" and n.startswith(name))
-        for s in shares
+        s["bytes"] for k in dctx.status().kept
+        if k.name == name or (name == "cache of" and k.name.startswith(name))
+        for s in k.shares
     )  # fmt: skip
 
 
 def _assert_follow_ups(single: SessionContext, dctx: DistributedContext, name: str) -> None:
     """Each follow-up equal to single-node, run on the workers, its plan a reference."""
-    held = _kept_bytes(name)
-    assert held > 0, _internal.kept_tables()
     for sql in FOLLOW_UPS:
         df = assert_distributed_equal(single, dctx, sql, tolerance=1e-9)
+        assert df.num_rows > 0
+        held = _kept_bytes(dctx, name)
+        assert held > 0, dctx.status().kept
         frame = dctx.sql(sql)
         frame.collect()
         assert "KeptScanExec" in dctx.explain(frame)
         assert plan_bytes_sent(frame) < min(held, 200_000), (sql, plan_bytes_sent(frame))
-        assert df.num_rows > 0
 
 
 KEEPERS: dict[str, Callable[[SessionContext | DistributedContext], None]] = {
@@ -87,26 +89,34 @@ def test_kept_results_are_read_where_they_are_held(workers, keeper):
     assert got == single.sql(FOLLOW_UPS[0]).to_arrow_table()
 
 
-@pytest.mark.parametrize(
-    "maker",
-    ["from_pydict", "from_arrow", "from_pandas", "register_record_batches", "dctx.from_arrow"],
-)
+#: Each way an in-memory table reaches the session, by name (``ctx``'s, or ``dctx``'s own).
+MEMORY_MAKERS: dict[str, Callable[[SessionContext, DistributedContext, pa.Table], object]] = {
+    "from_pydict": lambda ctx, dctx, t: ctx.from_pydict(t.to_pydict(), name="kept"),
+    "from_pylist": lambda ctx, dctx, t: ctx.from_pylist(t.to_pylist(), name="kept"),
+    "from_arrow": lambda ctx, dctx, t: ctx.from_arrow(t, name="kept"),
+    "from_pandas": lambda ctx, dctx, t: ctx.from_pandas(t.to_pandas(), name="kept"),
+    "from_polars": lambda ctx, dctx, t: ctx.from_polars(pl.from_arrow(t), name="kept"),
+    "create_dataframe": lambda ctx, dctx, t: ctx.create_dataframe(
+        [t.to_batches(max_chunksize=7_000)], name="kept"
+    ),
+    "register_record_batches": lambda ctx, dctx, t: ctx.register_record_batches(
+        "kept", [t.to_batches(max_chunksize=5_000)]
+    ),
+    "register_batch": lambda ctx, dctx, t: ctx.register_batch(
+        "kept", t.combine_chunks().to_batches()[0]
+    ),
+    "dctx.from_arrow": lambda ctx, dctx, t: dctx.from_arrow(t, name="kept"),
+}
+
+
+@pytest.mark.parametrize("maker", list(MEMORY_MAKERS))
 def test_in_memory_tables_travel_once(workers, maker):
     data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]})
     single = SessionContext()
     single.from_arrow(data, name="kept")
     ctx = SessionContext()
     dctx = DistributedContext(ctx, workers, config=KEEP_ABOVE, progress=False)
-    if maker == "from_pydict":
-        ctx.from_pydict(data.to_pydict(), name="kept")
-    elif maker == "from_arrow":
-        ctx.from_arrow(data, name="kept")
-    elif maker == "from_pandas":
-        ctx.from_pandas(data.to_pandas(), name="kept")
-    elif maker == "register_record_batches":
-        ctx.register_record_batches("kept", [data.to_batches(max_chunksize=5_000)])
-    else:
-        dctx.from_arrow(data, name="kept")
+    MEMORY_MAKERS[maker](ctx, dctx, data)
     _assert_follow_ups(single, dctx, "kept")
     # The coordinator's own rows still answer single-node, here.
     assert ctx.sql(FOLLOW_UPS[0]).to_arrow_table() == single.sql(FOLLOW_UPS[0]).to_arrow_table()
@@ -148,7 +158,8 @@ def test_insert_into_a_kept_table_appends_as_single_node_does(workers, kept):
         else:
             data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]})
             (m if isinstance(m, SessionContext) else m.ctx).from_arrow(data, name="kept")
-    assert _kept_bytes("kept") > 0
+    dctx.sql("SELECT count(*) FROM kept").collect()  # an in-memory table is sent here
+    assert _kept_bytes(dctx, "kept") > 0
     for m in (single, dctx):
         m.sql("INSERT INTO kept SELECT k, v + 1000000 AS w FROM src WHERE v < 500").collect()
     ctx.sql("INSERT INTO kept VALUES (99, -1)").collect()
@@ -176,7 +187,7 @@ def test_a_dropped_session_frees_its_kept_tables(workers):
     single, ctx, dctx = _pair(workers)
     dctx.sql("CREATE TABLE orphan AS SELECT k, v AS w FROM src")
     dctx.sql("SELECT count(*) FROM orphan").collect()
-    assert _kept_bytes("orphan") > 0
+    assert _kept_bytes(dctx, "orphan") > 0
     del single, ctx, dctx
     _wait_freed("orphan")
 
@@ -188,12 +199,12 @@ def test_kept_tables_are_freed_with_their_last_handle(workers, how):
         cached = dctx.sql("SELECT k, v AS dropped FROM src").cache()
         assert cached.count() == ROWS
         name = "cache of SELECT k, v AS dropped FROM src"
-        assert _kept_bytes(name) > 0
+        assert _kept_bytes(dctx, name) > 0
         del cached
     else:
         dctx.sql("CREATE TABLE gone AS SELECT k, v AS w FROM src")
         name = "gone"
-        assert _kept_bytes(name) > 0
+        assert _kept_bytes(dctx, name) > 0
         if how == "DROP TABLE":
             dctx.sql("DROP TABLE gone")
         else:
