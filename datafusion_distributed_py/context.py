@@ -599,6 +599,7 @@ class DistributedContext:
         (``Coordinator.distribute`` and ``keep``'s arguments)."""
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
+        settings = self._settings(feed)
         # A DataFrame plans with the settings of its creation: re-create it under ours.
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
         _check_result_names(fresh)
@@ -615,20 +616,24 @@ class DistributedContext:
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
         table_scans = _text_file_scans(physical, fresh)
-        request = {**self._settings(wire, feed), "plan_bytes": plan_bytes}
+        request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
         request["table_scans"] = table_scans
         return fresh, request
 
-    def _settings(self, wire: SessionContext, feed: Feed) -> dict[str, Any]:
-        """What the core plans any query with, besides its plan: the session it is serialised
-        through (and its codec), our options over the session's settings (the core reads
-        those from the session itself), object stores, progress and retries."""
+    def _settings(self, feed: Feed) -> dict[str, Any]:
+        """What the core runs anything with, besides its plan: our options over the session's
+        settings (the core reads those from the session itself), object stores, progress and
+        retries. Every run of the core (a query, a result or table to keep) starts here."""
         return {
-            "codec": wire.__datafusion_physical_extension_codec__(), "session": wire,
             "options": self._config.to_options(), "stores": object_stores.stores_of(self._ctx),
             "progress": progress_mod.to_rust(feed), "min_workers": self._config.min_workers,
             "max_retries": self._config.max_retries,
         }  # fmt: skip
+
+    @staticmethod
+    def _wire_of(wire: SessionContext) -> dict[str, Any]:
+        """The session a plan is serialised through, and its codec, as the core takes them."""
+        return {"codec": wire.__datafusion_physical_extension_codec__(), "session": wire}
 
     def _keep(
         self, df: DataFrame, name: str, original: pa.RecordBatchReader | None = None
@@ -640,7 +645,7 @@ class DistributedContext:
         feed = Feed(f"keep {name}: {_describe(df)}", (self, self._workers), self._progress)
         try:
             if original is not None:  # its rows are sent, not a plan holding them
-                request = {**self._settings(self._ctx, feed), "plan_bytes": b""}
+                request = {**self._settings(feed), **self._wire_of(self._ctx), "plan_bytes": b""}
             else:
                 _, request = self._request(df, feed)
             return self._coordinator.keep(name, **request, original=original)

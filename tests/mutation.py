@@ -108,7 +108,7 @@ def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     from datafusion_distributed_py.context import DistributedContext
     from datafusion_distributed_py.errors import UnsupportedPlanError
 
-    def refuse(self: Any, wire: Any, feed: Any) -> Any:
+    def refuse(self: Any, feed: Any) -> Any:
         raise UnsupportedPlanError(REASON)
 
     monkeypatch.setattr(DistributedContext, "_settings", refuse)
