@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
-from datafusion import DataFrame, SessionContext, col, udf
+from datafusion import DataFrame, SessionContext, col, lit, udf
 from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedContext, LocalCluster
@@ -94,3 +94,46 @@ def test_an_extension_type_reaches_a_python_udf_on_the_workers(both):
 
     got = assert_distributed_equal(ctx, dctx, frame, stages=False)
     assert got.column("v").to_pylist() == [4, 4, 4]
+
+
+#: Column types a worker process reads and sends, each as a table column and as a literal.
+WIDE_TYPES = {
+    "large_list": pa.array([[1, 2], [3], [4, 5, 6]], pa.large_list(pa.int64())),
+    "large_list in a struct": pa.array(
+        [{"x": [1]}, {"x": [2, 3]}, {"x": []}], pa.struct([("x", pa.large_list(pa.int64()))])
+    ),
+    "large_utf8": pa.array(["a", "bb", "ccc"], pa.large_string()),
+    "large_binary": pa.array([b"a", b"bb", b"ccc"], pa.large_binary()),
+    "utf8_view": pa.array(["a", "bb", "ccc"], pa.string_view()),
+    "binary_view": pa.array([b"a", b"bb", b"ccc"], pa.binary_view()),
+}
+
+
+@pytest.mark.parametrize("kind", list(WIDE_TYPES))
+def test_wide_types_keep_their_type_or_fall_back_naming_it(workers, kind):
+    """Issue 39: ``large_list`` (and the other large and view types) keep their type on worker
+    processes. arrow-flight 59 sends a ``large_list`` between processes as a ``list``, so on
+    worker processes such a query falls back naming the column; on the embedded cluster, and
+    for every other type, it runs on the workers. Rows and types equal single-node's."""
+    ctx = SessionContext()
+    ctx.from_arrow(pa.table({"a": [1, 2, 3], "c": WIDE_TYPES[kind]}), name="t")
+    dctx = DistributedContext(ctx, workers=workers, progress=False)
+    large = "large_list" in kind and workers is not None
+    fallback = r'column "c" holds a large_list' if large else None
+    for sql in ("SELECT c FROM t", "SELECT a, c FROM t WHERE a > 1"):
+        assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
+
+
+def test_a_large_list_literal_keeps_its_type_verbatim(workers):
+    """The issue's case, verbatim: ``dctx.table("t").select(lit(<large_list scalar>), a)``."""
+    ctx = SessionContext()
+    ctx.from_pydict({"a": [1, 2, 3]}, name="t")
+    dctx = DistributedContext(ctx, workers=workers, progress=False)
+    scalar = pa.scalar([1, 2, 3], type=pa.large_list(pa.int64()))
+
+    def frame(c: SessionContext | DistributedContext) -> DataFrame:
+        return c.table("t").select(lit(scalar).alias("x"), col("a"))
+
+    fallback = r'column "x" holds a large_list' if workers is not None else None
+    got = assert_distributed_equal(ctx, dctx, frame, expect_fallback=fallback, stages=False)
+    assert got.schema.field("x").type == pa.large_list(pa.int64())

@@ -313,6 +313,9 @@ impl ClusterPlanner {
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = restore_field_metadata(plan)?;
         checks::check_nothing_lost(&plan)?;
+        if !self.is_embedded() {
+            checks::check_flight_types(&plan)?;
+        }
         let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new())?;
         let exact_rows = match stats.num_rows {
             Precision::Exact(n) => Some(n),
