@@ -137,3 +137,6 @@ def test_a_large_list_literal_keeps_its_type_verbatim(workers):
     fallback = r'column "x" holds a large_list' if workers is not None else None
     got = assert_distributed_equal(ctx, dctx, frame, expect_fallback=fallback, stages=False)
     assert got.schema.field("x").type == pa.large_list(pa.int64())
+    sql = "SELECT arrow_cast(make_array(1, 2, 3), 'LargeList(Int64)') AS x, a FROM t"
+    got = assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
+    assert got.schema.field("x").type == pa.large_list(pa.int64())
