@@ -62,8 +62,14 @@ class Coordinator:
     """Plans distributed queries over a set of workers (embedded or remote)."""
 
     @staticmethod
-    def embedded(n_workers: int) -> Coordinator:
-        """A coordinator over ``n_workers`` workers in this process."""
+    def embedded(
+        n_workers: int,
+        memory_limit: int | None = None,
+        spill_dirs: Sequence[str] = ...,
+        max_spill_bytes: int | None = None,
+    ) -> Coordinator:
+        """A coordinator over ``n_workers`` workers in this process, sharing one memory pool
+        of ``memory_limit`` bytes and spilling to ``spill_dirs``."""
 
     @staticmethod
     def remote(
@@ -93,6 +99,7 @@ class Coordinator:
         writes: bool = False,
         live_interval: float = 0.5,
         table_scans: Sequence[bytes] = ...,
+        stall_timeout: float | None = None,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 
@@ -115,6 +122,7 @@ class Coordinator:
         max_retries: int = 1,
         table_scans: Sequence[bytes] = ...,
         original: object | None = None,
+        stall_timeout: float | None = None,
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""

@@ -22,7 +22,7 @@ class DistributedConfig:
 
     The planner fields map to the options ``distributed.<field>`` of the
     datafusion-distributed crate; the others (``min_workers``, ``max_retries``, ``fallback``,
-    ``progress_interval``, ``keep_tables_above``) are this package's own.
+    ``progress_interval``, ``keep_tables_above``, ``stall_timeout``) are this package's own.
     ``SET distributed.<field> = <value>`` through :meth:`DistributedContext.sql` changes any
     of them.
 
@@ -63,6 +63,11 @@ class DistributedConfig:
             the workers once, when a distributed query first reads it, and kept there; later
             queries carry a reference to it. Smaller ones travel inside each query's plan.
             Default 1 MiB.
+        stall_timeout: seconds a reader of a result may wait while nothing of the query
+            moves — no batch arrives, no task ends or produces rows, no worker of the run uses
+            CPU — before the query fails with a :class:`WorkerError` of kind ``"stalled"``
+            naming the tasks it waited for and their workers; 0 waits forever. Time the reader
+            spends not asking for batches does not count. Default 300.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -95,6 +100,7 @@ class DistributedConfig:
     fallback: Fallback = "coordinator"
     progress_interval: float = 0.5
     keep_tables_above: int = 1024 * 1024
+    stall_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -124,6 +130,8 @@ class DistributedConfig:
             raise ValueError(f"fallback must be 'coordinator' or 'error', got {self.fallback!r}")
         if self.progress_interval < 0:
             raise ValueError("progress_interval must be >= 0 seconds")
+        if self.stall_timeout < 0:
+            raise ValueError("stall_timeout must be >= 0 seconds (0 waits forever)")
         if self.min_workers == 0:
             raise ValueError("min_workers must be >= 1")
         if self.file_scan_config_bytes_per_partition == 0:
@@ -185,11 +193,19 @@ _TYPES: dict[str, type] = {
     "fallback": str,
     "progress_interval": float,
     "keep_tables_above": int,
+    "stall_timeout": float,
 }
 
 #: Fields of this package's own, not options of the crate's planner.
 _OWN = frozenset(
-    {"min_workers", "max_retries", "fallback", "progress_interval", "keep_tables_above"}
+    {
+        "min_workers",
+        "max_retries",
+        "fallback",
+        "progress_interval",
+        "keep_tables_above",
+        "stall_timeout",
+    }
 )
 
 

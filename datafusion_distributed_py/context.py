@@ -36,6 +36,7 @@ from datafusion_distributed_py.monitor import MONITOR, Feed
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
+from datafusion_distributed_py.session_runtime import runtime_budget
 from datafusion_distributed_py.status import ClusterStatus
 from datafusion_distributed_py.write_options import Copy
 
@@ -186,7 +187,7 @@ class DistributedContext:
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
         self._security = _security_for(workers, security)
-        self._coordinator = _coordinator_for(workers, self._security)
+        self._coordinator = _coordinator_for(workers, self._security, ctx)
         #: Tables found not to be in memory, by reference, with the schema they had then.
         self._not_in_memory: dict[str, pa.Schema] = {}
 
@@ -589,7 +590,10 @@ class DistributedContext:
         fresh, request = self._request(df, feed)
         writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
         plan = self._coordinator.distribute(
-            **request, writes=writes, live_interval=self._config.progress_interval
+            **request,
+            writes=writes,
+            live_interval=self._config.progress_interval,
+            stall_timeout=self._config.stall_timeout or None,
         )
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
@@ -648,7 +652,9 @@ class DistributedContext:
                 request = {**self._settings(feed), **self._wire_of(self._ctx), "plan_bytes": b""}
             else:
                 _, request = self._request(df, feed)
-            return self._coordinator.keep(name, **request, original=original)
+            return self._coordinator.keep(
+                name, **request, original=original, stall_timeout=self._config.stall_timeout or None
+            )
         except UnsupportedPlanError as e:
             self._source_error(e, df)  # warns, or raises under fallback="error"
             return None
@@ -730,10 +736,19 @@ def _security_for(workers: Workers, security: Security | None) -> Security | Non
     return Security.from_env()
 
 
-def _coordinator_for(workers: Workers, security: Security | None) -> _internal.Coordinator:
+def _coordinator_for(
+    workers: Workers, security: Security | None, ctx: SessionContext
+) -> _internal.Coordinator:
     core = security._to_core() if security is not None else None
     if workers is None:
-        return _internal.Coordinator.embedded(default_worker_count())
+        # The embedded cluster's tasks run in this process: bounded as ctx's own queries are.
+        budget = runtime_budget(ctx)
+        return _internal.Coordinator.embedded(
+            default_worker_count(),
+            memory_limit=budget.memory_limit,
+            spill_dirs=budget.spill_dirs,
+            max_spill_bytes=budget.max_spill_bytes,
+        )
     if isinstance(workers, str):
         raise TypeError("workers must be a list of URLs, not a single string; wrap it in [...]")
     if callable(workers):

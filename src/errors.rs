@@ -20,6 +20,9 @@ pub enum FailureKind {
     VersionMismatch,
     /// It is unfit for the query otherwise (its settings, or too few workers left).
     Refused,
+    /// The query waited on it (and every other worker of the run) while nothing moved, for
+    /// longer than `DistributedConfig.stall_timeout` (see `coordinator::stall_guard`).
+    Stalled,
 }
 
 impl FailureKind {
@@ -42,6 +45,7 @@ impl FailureKind {
             Self::RejectedCredentials => "rejected_credentials",
             Self::VersionMismatch => "version_mismatch",
             Self::Refused => "refused",
+            Self::Stalled => "stalled",
         }
     }
 }

@@ -62,6 +62,13 @@ def tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tpch.generate(tmp_path_factory.mktemp("tpch"), scale_factor=TPCH_SF, parts=TPCH_PARTS)
 
 
+@pytest.fixture(scope="session")
+def sf1() -> Path:
+    """TPC-H SF1 in 8 parts, made once per checkout (benchmarks/data is not committed)."""
+    kept = Path(__file__).parent.parent / "benchmarks" / "data" / "sf1.0-p8"
+    return tpch.generate(kept, scale_factor=1.0, parts=8)
+
+
 @pytest.fixture
 def ctx(tpch_dir: Path) -> SessionContext:
     ctx = SessionContext()

@@ -287,14 +287,6 @@ def test_local_cluster_works_from_the_projects_own_checkout(tmp_path):
     assert "[{'x': 42}]" in out.stdout
 
 
-@pytest.fixture(scope="module")
-def sf1(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = Path(__file__).parent.parent / "benchmarks" / "data" / "sf1.0-p8"
-    if (kept / ".complete-sf1.0-parts8").exists():
-        return kept
-    return tpch.generate(tmp_path_factory.mktemp("sf1"), scale_factor=1.0, parts=8)
-
-
 @pytest.mark.parametrize("limit", ["500MB", "120MB"])
 def test_big_queries_fit_a_memory_limit_by_spilling(sf1, limit):
     """TPC-H SF1 q9/q18/q21 under a per-worker memory limit: the same rows as single-node.

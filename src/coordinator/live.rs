@@ -28,6 +28,14 @@ const IDLE_ASKS: usize = 3;
 /// down within this.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A worker using more CPU than this (percent of the machine) is at work.
+const BUSY_CPU_PERCENT: f64 = 1.0;
+
+/// Whether a worker using `cpu_percent` of the machine is at work.
+pub fn busy(cpu_percent: f64) -> bool {
+    cpu_percent > BUSY_CPU_PERCENT
+}
+
 /// Asks workers how their tasks and they themselves are doing.
 pub enum Observer {
     /// In-process workers: their services are called directly, made on first use.

@@ -16,6 +16,7 @@ mod query;
 mod root;
 mod settings;
 mod stage_graph;
+mod stall_guard;
 mod subqueries;
 mod table;
 mod task_log;

@@ -13,6 +13,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
+use datafusion::prelude::SessionConfig;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
@@ -22,7 +23,7 @@ use url::Url;
 
 use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Quarantine};
-use super::live::{watch, Observer, WorkerStatus};
+use super::live::{busy, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
@@ -75,6 +76,9 @@ pub struct PlanRequest {
     /// How often running tasks' rows are asked for while a progress callback listens (zero:
     /// never; progress then moves as tasks end).
     pub live_interval: std::time::Duration,
+    /// How long a reader of the result may wait while nothing of the query moves before the
+    /// query fails as stalled (None: forever; see `stall_guard`).
+    pub stall_timeout: Option<std::time::Duration>,
     /// What the run is for: a query's rows, rows kept on the workers, or our own work.
     pub role: Role,
 }
@@ -136,6 +140,7 @@ impl PlanRequest {
             max_retries: self.max_retries,
             writes: false,
             live_interval: std::time::Duration::ZERO,
+            stall_timeout: self.stall_timeout,
             role: Role::Internal,
         }
     }
@@ -166,10 +171,12 @@ pub struct ClusterPlanner {
 }
 
 impl ClusterPlanner {
-    /// Over workers in this process that `start` starts on the runtime given to it, which
-    /// this planner shares (and so its object stores).
-    pub fn embedded(start: impl FnOnce(Arc<RuntimeEnv>) -> InProcessWorkers) -> Self {
-        let runtime_env = Arc::new(RuntimeEnv::default());
+    /// Over workers in this process that `start` starts on `runtime_env` (their memory pool
+    /// and disk), which this planner shares (and so its object stores).
+    pub fn embedded(
+        runtime_env: Arc<RuntimeEnv>,
+        start: impl FnOnce(Arc<RuntimeEnv>) -> InProcessWorkers,
+    ) -> Self {
         let cluster = start(Arc::clone(&runtime_env));
         let observer = Observer::embedded(cluster.channels.by_url().clone());
         Self {
@@ -190,6 +197,31 @@ impl ClusterPlanner {
             base: planning_state(Arc::clone(&runtime_env)),
             runtime_env,
         }
+    }
+
+    /// What `log`'s run is doing now: the rows its running tasks produced so far, and whether
+    /// any worker it runs on is using CPU.
+    pub async fn activity(&self, log: &TaskLog) -> (u64, bool) {
+        let Some((query_id, urls)) = log.running() else {
+            return (0, false);
+        };
+        let answers = futures::future::join_all(urls.iter().map(|u| self.observer.ask(u))).await;
+        let mut rows = 0;
+        let mut working = false;
+        for answer in answers.into_iter().flatten() {
+            working |= busy(answer.worker_metrics.map_or(0.0, |m| m.cpu_usage_percent));
+            rows += answer
+                .tasks
+                .iter()
+                .filter(|t| {
+                    t.task_key
+                        .as_ref()
+                        .is_some_and(|k| k.query_id.as_slice() == query_id.as_bytes())
+                })
+                .map(|t| t.output_rows)
+                .sum::<u64>();
+        }
+        (rows, working)
     }
 
     /// How each worker is doing: memory, CPU, running tasks, or why it does not answer.
@@ -386,11 +418,28 @@ impl ClusterPlanner {
         cfg.set_distributed_route_tasks_handler(kept::route_tasks);
         apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));
+        if embedded {
+            share_fixed_reservations(&mut cfg, &self.runtime_env, urls.len());
+        }
         settle_compression(&mut cfg, &urls, embedded);
         let mut state = self.base.clone();
         *state.config_mut() = cfg;
         Ok(state)
     }
+}
+
+/// The embedded cluster runs a stage's operators once per worker, all drawing on this
+/// process's one pool, where single-node runs them once: a bounded pool then holds each
+/// operator's fixed reservation (a sort's merge reserve) `workers` times and fails where
+/// single-node fits. Each operator's share is divided so that the process reserves what
+/// single-node does.
+fn share_fixed_reservations(cfg: &mut SessionConfig, runtime: &RuntimeEnv, workers: usize) {
+    use datafusion::execution::memory_pool::MemoryLimit;
+    if !matches!(runtime.memory_pool.memory_limit(), MemoryLimit::Finite(_)) || workers < 2 {
+        return;
+    }
+    let execution = &mut cfg.options_mut().execution;
+    execution.sort_spill_reservation_bytes /= workers;
 }
 
 /// A scalar subquery's own error (run first, while planning) as the reason to run the query

@@ -88,6 +88,11 @@ impl Query {
         Ok((project(plan, projection)?, task_ctx))
     }
 
+    /// How long a reader may wait while nothing of the query moves (None: forever).
+    pub fn stall_timeout(&self) -> Option<std::time::Duration> {
+        self.request.stall_timeout
+    }
+
     /// Runs after the first a lost worker may cost; 0 while retries are off.
     pub fn max_retries(&self) -> usize {
         match self.retries_on.load(Ordering::Relaxed) && !self.request.writes {

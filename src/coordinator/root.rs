@@ -23,6 +23,7 @@ use futures::StreamExt;
 
 use super::empty_batches::passes_on_an_empty_batch;
 use super::query::Query;
+use super::stall_guard::StallGuard;
 use crate::errors::{as_worker_failure, is_worker_lost};
 
 #[derive(Debug)]
@@ -77,6 +78,8 @@ struct Attempt {
     partition: usize,
     query: Arc<Query>,
     projection: Option<Vec<usize>>,
+    /// Fails a wait for the next batch during which nothing of the query moves.
+    guard: Option<StallGuard>,
 }
 
 impl Attempt {
@@ -134,13 +137,18 @@ impl ExecutionPlan for DistributedRootExec {
             partition,
             query: Arc::clone(&self.query),
             projection: self.projection.clone(),
+            guard: (self.query.stall_timeout()).map(|t| StallGuard::start(&self.query, t)),
         };
         let batches = futures::stream::unfold(first, |mut run| async move {
             if run.done {
                 return None;
             }
             loop {
-                match run.stream.next().await {
+                let next = match &run.guard {
+                    Some(guard) => guard.next(&mut run.stream).await,
+                    None => run.stream.next().await,
+                };
+                match next {
                     Some(Ok(batch)) => {
                         run.delivered = true;
                         return Some((Ok(batch), run));

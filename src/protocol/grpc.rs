@@ -17,6 +17,7 @@ use url::Url;
 
 use super::connect_failure::{unreachable_from, Side};
 use super::peer_channel::PeerChannel;
+use super::per_partition::PerPartitionChannel;
 use super::urls::display_url;
 use crate::errors::{as_lost_peer, worker_failure, FailureKind};
 use crate::security::Security;
@@ -166,12 +167,14 @@ impl ChannelResolver for WorkerChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
         let channel = self.authorized(url).await;
         match self.side {
-            Side::Coordinator => Ok(create_worker_client(channel?)),
+            Side::Coordinator => Ok(Box::new(PerPartitionChannel(create_worker_client(
+                channel?,
+            )))),
             // A worker's failures to reach a peer must reach the coordinator as such.
             Side::Worker => {
                 let peer = display_url(url).to_string();
                 let channel = channel.map_err(|e| as_lost_peer(&peer, e))?;
-                let inner = create_worker_client(channel);
+                let inner = Box::new(PerPartitionChannel(create_worker_client(channel)));
                 Ok(Box::new(PeerChannel { peer, inner }))
             }
         }

@@ -5,6 +5,7 @@ mod grpc;
 mod health;
 mod in_process;
 mod peer_channel;
+mod per_partition;
 mod resolver;
 mod urls;
 

@@ -19,7 +19,7 @@ use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
 use crate::runtime;
 use crate::security::Security;
-use crate::worker::EmbeddedCluster;
+use crate::worker::{Budget, EmbeddedCluster};
 use crate::VERSION;
 use datafusion::arrow::ffi_stream::ArrowArrayStreamReader;
 use datafusion::arrow::record_batch::RecordBatchReader;
@@ -31,14 +31,28 @@ pub struct Coordinator {
 
 #[pymethods]
 impl Coordinator {
-    /// A coordinator over `n_workers` workers in this process.
+    /// A coordinator over `n_workers` workers in this process, whose tasks share one memory
+    /// pool of `memory_limit` bytes (None: unbounded) and spill to `spill_dirs` (none: the
+    /// system's temporary directory), at most `max_spill_bytes` there.
     #[staticmethod]
-    fn embedded(n_workers: usize) -> PyResult<Self> {
+    #[pyo3(signature = (n_workers, memory_limit = None, spill_dirs = vec![], max_spill_bytes = None))]
+    fn embedded(
+        n_workers: usize,
+        memory_limit: Option<usize>,
+        spill_dirs: Vec<std::path::PathBuf>,
+        max_spill_bytes: Option<u64>,
+    ) -> PyResult<Self> {
         if n_workers == 0 {
             return Err(PyValueError::new_err("n_workers must be at least 1"));
         }
+        let budget = Budget {
+            memory_limit,
+            spill_dirs,
+            max_spill_bytes,
+        };
+        let runtime_env = budget.runtime_env().map_err(to_py_err)?;
         Ok(Self {
-            planner: Arc::new(ClusterPlanner::embedded(|runtime| {
+            planner: Arc::new(ClusterPlanner::embedded(runtime_env, |runtime| {
                 EmbeddedCluster::start(n_workers, runtime, VERSION)
             })),
         })
@@ -120,7 +134,7 @@ impl Coordinator {
     #[pyo3(signature = (
         plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5,
-        table_scans = vec![]
+        table_scans = vec![], stall_timeout = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
@@ -137,6 +151,7 @@ impl Coordinator {
         writes: bool,
         live_interval: f64,
         table_scans: Vec<Vec<u8>>,
+        stall_timeout: Option<f64>,
     ) -> PyResult<DistributedPlan> {
         let request = Arc::new(request(
             py,
@@ -147,7 +162,7 @@ impl Coordinator {
             progress,
             session,
             (min_workers, max_retries, writes),
-            live_interval,
+            (live_interval, stall_timeout),
             table_scans,
         )?);
         let planner = Arc::clone(&self.planner);
@@ -167,7 +182,8 @@ impl Coordinator {
     /// `plan_bytes` is not read).
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, table_scans = vec![], original = None
+        min_workers = 1, max_retries = 1, table_scans = vec![], original = None,
+        stall_timeout = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn keep(
@@ -184,6 +200,7 @@ impl Coordinator {
         max_retries: usize,
         table_scans: Vec<Vec<u8>>,
         original: Option<Bound<'_, PyAny>>,
+        stall_timeout: Option<f64>,
     ) -> PyResult<KeptTable> {
         let original = match original {
             Some(obj) => {
@@ -206,7 +223,7 @@ impl Coordinator {
             progress,
             session,
             (min_workers, max_retries, false),
-            0.0,
+            (0.0, stall_timeout),
             table_scans,
         )?;
         let planner = Arc::clone(&self.planner);
@@ -230,11 +247,17 @@ fn request(
     progress: Option<Py<PyAny>>,
     session: Option<Py<PyAny>>,
     (min_workers, max_retries, writes): (usize, usize, bool),
-    live_interval: f64,
+    (live_interval, stall_timeout): (f64, Option<f64>),
     table_scans: Vec<Vec<u8>>,
 ) -> PyResult<PlanRequest> {
-    let live_interval = std::time::Duration::try_from_secs_f64(live_interval)
-        .map_err(|_| PyValueError::new_err("live_interval must be a number of seconds >= 0"))?;
+    let seconds = |name: &str, s: f64| {
+        std::time::Duration::try_from_secs_f64(s)
+            .map_err(|_| PyValueError::new_err(format!("{name} must be a number of seconds >= 0")))
+    };
+    let live_interval = seconds("live_interval", live_interval)?;
+    let stall_timeout = stall_timeout
+        .map(|s| seconds("stall_timeout", s))
+        .transpose()?;
     // The session's own settings, then ours (`distributed.*`, planning overrides) over them.
     let mut settings = match &session {
         Some(session) => session_settings(session.bind(py))?,
@@ -258,6 +281,7 @@ fn request(
         max_retries,
         writes,
         live_interval,
+        stall_timeout,
         role: Role::Query,
     })
 }

@@ -1,16 +1,13 @@
 //! A worker process's datafusion-distributed `Worker`, served over gRPC (Arrow Flight) by tonic,
 //! behind the token check and TLS of its [`Security`].
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
-use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::common::Result;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SessionState;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -18,6 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
+use super::budget::Budget;
 use super::sessions::TaskSessions;
 use super::stores::WorkerStores;
 use super::task_cache;
@@ -40,25 +38,12 @@ pub struct WorkerOptions {
 }
 
 fn runtime_env(options: &WorkerOptions) -> Result<Arc<RuntimeEnv>> {
-    let mut builder = RuntimeEnvBuilder::new();
-    if let Some(limit) = options.memory_limit {
-        // Fair to spillable operators (sorts, aggregations, repartitions): each gets a share
-        // of the pool and spills past it, so they make room instead of failing the query;
-        // the top consumers are named when the pool runs out.
-        let fair = FairSpillPool::new(limit);
-        let top = NonZeroUsize::new(5).expect("5 is not zero");
-        builder = builder.with_memory_pool(Arc::new(TrackConsumersPool::new(fair, top)));
+    Budget {
+        memory_limit: options.memory_limit,
+        spill_dirs: options.spill_dir.iter().cloned().collect(),
+        max_spill_bytes: None,
     }
-    if let Some(dir) = &options.spill_dir {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            DataFusionError::Configuration(format!("spill directory {}: {e}", dir.display()))
-        })?;
-        builder = builder.with_disk_manager_builder(
-            DiskManagerBuilder::default()
-                .with_mode(DiskManagerMode::Directories(vec![dir.clone()])),
-        );
-    }
-    builder.build_arc()
+    .runtime_env()
 }
 
 /// A worker whose sessions decode fragments with `codec` (the worker-side session's codec:
