@@ -16,7 +16,7 @@ from pathlib import Path
 
 from datafusion import SessionContext
 
-from datafusion_distributed_py.config import parse_bytes
+from datafusion_distributed_py.config import memory_limit_bytes
 from datafusion_distributed_py.dashboard import Dashboard
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.security import Security
@@ -50,7 +50,8 @@ class LocalCluster:
             ``DistributedContext`` given this cluster uses it automatically
             (:attr:`security`).
         memory_limit: per worker, bytes (or ``"500MB"``) its queries may hold before they
-            spill to disk.
+            spill to disk; ``"auto"`` (the default) shares 80% of the machine's memory between
+            the ``n_workers``; ``None`` leaves them unbounded.
         spill_dir: where workers write spill files.
         restart: restart a worker process that dies (on a new port; :attr:`urls` follows,
             and a ``DistributedContext`` on this cluster uses the new URL from its next
@@ -75,7 +76,7 @@ class LocalCluster:
         log_dir: str | os.PathLike[str] | None = None,
         *,
         security: bool | Security = True,
-        memory_limit: int | str | None = None,
+        memory_limit: int | str | None = "auto",
         spill_dir: str | os.PathLike[str] | None = None,
         restart: bool = True,
         dashboard: bool = False,
@@ -107,8 +108,8 @@ class LocalCluster:
         else:
             raise TypeError(f"security must be a bool or a Security, got {security!r}")
         self._options: list[str] = []
-        if memory_limit is not None:
-            self._options += ["--memory-limit", str(parse_bytes(memory_limit))]
+        limit = memory_limit_bytes(memory_limit, n)
+        self._options += ["--memory-limit", str(limit) if limit is not None else "none"]
         if spill_dir is not None:
             self._options += ["--spill-dir", os.fspath(spill_dir)]
         self._owns_log_dir = log_dir is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -225,6 +226,49 @@ def _parse(name: str, text: str) -> Any:
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+#: What ``memory_limit="auto"`` gives the workers of one machine together: this share of its
+#: memory (of the container's, when a cgroup limits it), as Dask's ``memory_limit="auto"``.
+AUTO_MEMORY_SHARE = 0.8
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process's machine has: the cgroup's limit when one is set (a
+    container), else the physical memory.
+
+    Example:
+        >>> machine_memory() > 0
+        True
+    """
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def memory_limit_bytes(value: int | str | None, workers_here: int = 1) -> int | None:
+    """A worker's ``memory_limit`` in bytes: ``"auto"`` shares
+    :data:`AUTO_MEMORY_SHARE` of :func:`machine_memory` between ``workers_here`` workers;
+    ``None`` or ``"none"`` means unbounded; otherwise a size (:func:`parse_bytes`).
+
+    Example:
+        >>> memory_limit_bytes("500MB"), memory_limit_bytes(None), memory_limit_bytes("none")
+        (500000000, None, None)
+        >>> memory_limit_bytes("auto", 2) == int(machine_memory() * AUTO_MEMORY_SHARE / 2)
+        True
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return int(machine_memory() * AUTO_MEMORY_SHARE / max(1, workers_here))
+    return parse_bytes(value)
 
 
 def parse_bytes(value: int | str) -> int:

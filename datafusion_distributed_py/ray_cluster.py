@@ -23,6 +23,7 @@ from typing import Any
 
 from datafusion import SessionContext
 
+from datafusion_distributed_py.config import memory_limit_bytes
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.security import Security
 
@@ -51,7 +52,10 @@ class _WorkerActor:
             port=options.get("port", 0),
             setup=cloudpickle.loads(setup) if setup is not None else None,
             security=Security.from_env(security),
-            memory_limit=options.get("memory_limit"),
+            # "auto" is shared between the workers of this node.
+            memory_limit=memory_limit_bytes(
+                options.get("memory_limit"), options.get("per_node", 1)
+            ),
             spill_dir=options.get("spill_dir"),
         ).start()
 
@@ -73,7 +77,8 @@ class RayCluster:
         setup: run in every worker on its ``SessionContext`` (a callable, cloudpickled).
         security: ``True`` (default) makes a fresh token (:meth:`Security.temporary`) that the
             actors receive through Ray, never on a command line; a ``Security``; or ``False``.
-        memory_limit, spill_dir: as for :class:`~datafusion_distributed_py.Worker`.
+        memory_limit, spill_dir: as for :class:`~datafusion_distributed_py.Worker` ("auto", the
+            default, shares 80% of a node's memory between its ``workers_per_node``).
         num_cpus: CPUs each actor reserves from Ray (default 0: workers use their node's CPUs
             without taking Ray's task slots).
         init_kwargs: extra arguments for ``ray.init`` when this object starts Ray.
@@ -88,7 +93,7 @@ class RayCluster:
         workers_per_node: int = 1,
         setup: Callable[[SessionContext], object] | None = None,
         security: bool | Security = True,
-        memory_limit: int | str | None = None,
+        memory_limit: int | str | None = "auto",
         spill_dir: str | None = None,
         num_cpus: float = 0,
         init_kwargs: dict[str, Any] | None = None,
@@ -114,7 +119,11 @@ class RayCluster:
         else:
             self.security = None
         self._setup = cloudpickle.dumps(setup) if setup is not None else None
-        self._options = {"memory_limit": memory_limit, "spill_dir": spill_dir}
+        self._options = {
+            "memory_limit": memory_limit,
+            "spill_dir": spill_dir,
+            "per_node": workers_per_node,
+        }
         self._num_cpus = num_cpus
         self._per_node = workers_per_node
         self._actor_cls = ray.remote(_WorkerActor)

@@ -32,7 +32,7 @@ from pathlib import Path
 from datafusion import SessionContext
 
 from datafusion_distributed_py import _internal, object_stores
-from datafusion_distributed_py.config import parse_bytes
+from datafusion_distributed_py.config import memory_limit_bytes
 from datafusion_distributed_py.security import Security
 
 log = logging.getLogger("datafusion_distributed_py.worker")
@@ -65,7 +65,9 @@ class Worker:
         refuse_pickled_code: never unpickle functions sent inside plans: only functions that
             ``setup`` registered (by the same name) run.
         memory_limit: bytes (or ``"500MB"``, ``"2GiB"``) the worker's queries may hold before
-            sorts, joins and aggregations spill to disk.
+            sorts, joins and aggregations spill to disk (and a query that cannot spill fails
+            naming the worker); ``"auto"`` (the default) is 80% of the machine's memory (the
+            container's, under a cgroup limit); ``None`` leaves it unbounded.
         spill_dir: where spill files go (default: the system's temporary directory).
 
     Example:
@@ -84,7 +86,7 @@ class Worker:
         security: Security | None = None,
         advertise_host: str | None = None,
         refuse_pickled_code: bool = False,
-        memory_limit: int | str | None = None,
+        memory_limit: int | str | None = "auto",
         spill_dir: str | os.PathLike[str] | None = None,
         _report_version: str | None = None,
     ) -> None:
@@ -108,7 +110,7 @@ class Worker:
             stores,
             security=security._to_core() if security is not None else None,
             refuse_pickled_code=refuse_pickled_code,
-            memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None,
+            memory_limit=memory_limit_bytes(memory_limit),
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
         )
 
@@ -281,7 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-message-bytes", type=int, help="largest gRPC message accepted (default 1 GiB)"
     )
-    parser.add_argument("--memory-limit", help="memory for queries before they spill, e.g. 2GB")
+    parser.add_argument(
+        "--memory-limit",
+        default="auto",
+        help="memory for queries before they spill, e.g. 2GB; 'auto' (default): 80%% of the "
+        "machine's (or container's) memory; 'none': unbounded",
+    )
     parser.add_argument("--spill-dir", help="directory for spill files")
     parser.add_argument(
         "--check",

@@ -6,7 +6,6 @@ Every streamed read runs under a stall watchdog: a hang fails the test, it never
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -22,46 +21,38 @@ from datafusion_distributed_py import (
     LocalCluster,
     WorkerError,
 )
+from datafusion_distributed_py.config import machine_memory
 from datafusion_distributed_py.testing import assert_ran_on_workers
 from harness import tpch
 
 SORT = "SELECT l_orderkey, l_comment FROM lineitem ORDER BY l_comment, l_orderkey"
 
 
-class Watchdog:
-    """Fails the read it guards when no batch arrives for ``stall`` seconds (the test then
-    reports a hang instead of hanging)."""
-
-    def __init__(self, stall: float) -> None:
-        self.stall = stall
-        self.last = time.monotonic()
-        self.stalled = False
-        self._done = threading.Event()
-        threading.Thread(target=self._watch, daemon=True).start()
-
-    def _watch(self) -> None:
-        while not self._done.wait(1.0):
-            if time.monotonic() - self.last > self.stall:
-                self.stalled = True
-                os._exit(86)  # a stuck read cannot be interrupted: end the run, loudly
-
-    def batch(self) -> None:
-        self.last = time.monotonic()
-
-    def close(self) -> None:
-        self._done.set()
-
-
 def stream_rows(df: Any, stall: float = 120.0) -> pa.Table:
-    """``df``'s rows read batch by batch with ``execute_stream()``, under a watchdog."""
-    dog = Watchdog(stall)
-    batches = []
-    try:
-        for batch in df.execute_stream():
-            dog.batch()
-            batches.append(batch.to_pyarrow())
-    finally:
-        dog.close()
+    """``df``'s rows read batch by batch with ``execute_stream()``, under a watchdog: when no
+    batch arrives for ``stall`` seconds the test fails (the stuck read is left behind in a
+    daemon thread) instead of hanging."""
+    batches: list[pa.RecordBatch] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+    last = [time.monotonic()]
+
+    def read() -> None:
+        try:
+            for batch in df.execute_stream():
+                last[0] = time.monotonic()
+                batches.append(batch.to_pyarrow())
+        except BaseException as e:
+            failure.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    while not done.wait(1.0):
+        if time.monotonic() - last[0] > stall:
+            pytest.fail(f"the read stalled: no batch for {stall} s after {len(batches)}")
+    if failure:
+        raise failure[0]
     return pa.Table.from_batches(batches, schema=df.schema())
 
 
@@ -177,8 +168,8 @@ def test_the_embedded_cluster_fails_where_single_node_fails_and_answers_where_it
 def test_the_embedded_cluster_spills_to_the_session_s_spill_directory(sf1, tmp_path):
     spill_dir = tmp_path / "spill"
     ctx = pooled_ctx(sf1, 300 * 1000 * 1000, spill_dir)
-    dctx = DistributedContext(ctx)
     made_by_single_node = set(spill_dir.iterdir())  # the session's own disk manager's
+    dctx = DistributedContext(ctx)
     df = dctx.sql("SELECT l_orderkey, l_partkey, l_comment FROM lineitem ORDER BY l_comment")
     df.collect()
     spilled = sum(m["spilled_bytes"] or 0 for m in dctx.metrics(df))
@@ -265,3 +256,29 @@ def test_issue_44_embedded_cluster_within_single_node_memory(sf1, pool_mb, query
     if single_end.startswith("rows"):
         assert embedded_end == single_end
         assert embedded_rss <= single_rss + 300, (embedded_rss, single_rss)
+
+
+# --- Worker budgets and their defaults ----------------------------------------------------------
+
+
+def _memory_limit_arg(pid: int) -> str:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return args[args.index(b"--memory-limit") + 1].decode()
+
+
+def test_local_cluster_workers_share_80_percent_of_the_machine_by_default():
+    with LocalCluster(2) as cluster:
+        limits = {_memory_limit_arg(p.pid) for p in cluster.processes}
+    assert limits == {str(int(machine_memory() * 0.8 / 2))}
+
+
+def test_local_cluster_memory_limit_none_is_unbounded_and_a_size_is_kept():
+    with LocalCluster(1, memory_limit=None) as cluster:
+        assert _memory_limit_arg(cluster.processes[0].pid) == "none"
+    with LocalCluster(1, memory_limit="300MB") as cluster:
+        assert _memory_limit_arg(cluster.processes[0].pid) == "300000000"
+
+
+def test_a_bad_memory_limit_is_refused_naming_it():
+    with pytest.raises(ValueError, match="not a size: 'lots'"):
+        LocalCluster(1, memory_limit="lots")

@@ -7,13 +7,15 @@
 //! partitions while the one it waits for is behind them — a sort that spilled produces its
 //! partitions at different times, so this is how a sort under a memory limit hung. Asking
 //! for each partition on a stream of its own keeps the budget (each stream stops at it) and
-//! makes that wait impossible: a partition's stream holds only its own batches.
+//! makes that wait impossible: a partition's stream holds only its own batches. The budget is
+//! shared out between a task's partition streams, so the reader holds no more than before.
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use datafusion::execution::TaskContext;
+use datafusion_distributed::DistributedConfig;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion_distributed::{
     CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse,
@@ -53,6 +55,7 @@ impl WorkerChannel for PerPartitionChannel {
                 .execute_task(headers, request, metrics, task_ctx)
                 .await;
         }
+        let task_ctx = &with_shared_budget(task_ctx, range.len())?;
         // Each call returns at once: its stream is requested when first polled.
         let mut streams = Vec::with_capacity(range.len());
         for partition in range {
@@ -76,4 +79,25 @@ impl WorkerChannel for PerPartitionChannel {
     ) -> Result<GetWorkerInfoResponse> {
         self.0.get_worker_info(request).await
     }
+}
+
+/// `ctx` with its worker connection buffer budget divided between `streams` streams.
+fn with_shared_budget(ctx: &Arc<TaskContext>, streams: usize) -> Result<Arc<TaskContext>> {
+    let budget = DistributedConfig::from_session_config(ctx.session_config())?
+        .worker_connection_buffer_budget_bytes;
+    let mut config = ctx.session_config().clone();
+    config.options_mut().set(
+        "distributed.worker_connection_buffer_budget_bytes",
+        &(budget / streams).max(1).to_string(),
+    )?;
+    Ok(Arc::new(TaskContext::new(
+        ctx.task_id(),
+        ctx.session_id(),
+        config,
+        ctx.scalar_functions().clone(),
+        ctx.higher_order_functions().clone(),
+        ctx.aggregate_functions().clone(),
+        ctx.window_functions().clone(),
+        ctx.runtime_env(),
+    )))
 }
