@@ -13,9 +13,9 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
-use datafusion::prelude::SessionConfig;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -419,7 +419,7 @@ impl ClusterPlanner {
         apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));
         if embedded {
-            share_fixed_reservations(&mut cfg, &self.runtime_env, urls.len());
+            share_the_pool(&mut cfg, &self.runtime_env, urls.len());
         }
         settle_compression(&mut cfg, &urls, embedded);
         let mut state = self.base.clone();
@@ -428,12 +428,11 @@ impl ClusterPlanner {
     }
 }
 
-/// The embedded cluster runs a stage's operators once per worker, all drawing on this
-/// process's one pool, where single-node runs them once: a bounded pool then holds each
-/// operator's fixed reservation (a sort's merge reserve) `workers` times and fails where
-/// single-node fits. Each operator's share is divided so that the process reserves what
-/// single-node does.
-fn share_fixed_reservations(cfg: &mut SessionConfig, runtime: &RuntimeEnv, workers: usize) {
+/// The embedded cluster runs a stage on every worker, all drawing on this process's one pool,
+/// where single-node runs it once: a bounded pool then holds each operator's fixed reserve (a
+/// sort's merge reserve) `workers` times. Each reserve is divided so that the process reserves
+/// what single-node does.
+fn share_the_pool(cfg: &mut SessionConfig, runtime: &RuntimeEnv, workers: usize) {
     use datafusion::execution::memory_pool::MemoryLimit;
     if !matches!(runtime.memory_pool.memory_limit(), MemoryLimit::Finite(_)) || workers < 2 {
         return;

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Result;
 use datafusion::execution::TaskContext;
-use datafusion_distributed::DistributedConfig;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion_distributed::DistributedConfig;
 use datafusion_distributed::{
     CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse,
     SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
