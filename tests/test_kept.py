@@ -345,7 +345,10 @@ def test_a_dropped_table_gives_the_workers_memory_back(tmp_path):
         before = rss()
         dctx.sql(f"CREATE TABLE big AS {select}")
         held = rss()
-        assert all(held[u] - before[u] > 50 * 2**20 for u in before), (before, held)
+        # The table is on both workers (their RSS may hide it: the allocator reuses what the
+        # first table left).
+        (kept,) = [t for t in dctx.status().kept if t.name == "big"]
+        assert {s["holder"] for s in kept.shares if s["bytes"] > 50 * 2**20} == set(before)
         dctx.sql("DROP TABLE big")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -242,8 +242,14 @@ def _slow_session(data: Path, slowly) -> SessionContext:
 
 
 def _visible(target: Path) -> list[str]:
-    """What a reader of ``target`` would find, and what a run left behind."""
-    return sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    """What a reader of ``target`` would find, and what a run left behind (looked at again
+    when a run's staging directory goes away while it is being listed)."""
+    for _ in range(20):
+        try:
+            return sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+        except FileNotFoundError:
+            time.sleep(0.01)
+    raise AssertionError(f"{target} kept changing while listed")
 
 
 def _staged(target: Path, runner: threading.Thread, seconds: float = 30.0) -> list[str]:
