@@ -742,9 +742,12 @@ def _coordinator_for(
     core = security._to_core() if security is not None else None
     if workers is None:
         # The embedded cluster's tasks run in this process: bounded as ctx's own queries are.
+        # Under a bounded pool, one worker: each stage's task runs single-node's partitions,
+        # so the pool holds as many operators at once as single-node's (with a worker per
+        # CPU it held that many times more, and ran out where single-node fits).
         budget = runtime_budget(ctx)
         return _internal.Coordinator.embedded(
-            default_worker_count(),
+            default_worker_count() if budget.memory_limit is None else 1,
             memory_limit=budget.memory_limit,
             spill_dirs=budget.spill_dirs,
             max_spill_bytes=budget.max_spill_bytes,

@@ -167,11 +167,14 @@ def test_the_embedded_cluster_fails_where_single_node_fails_and_answers_where_it
 @pytest.mark.slow
 def test_the_embedded_cluster_spills_to_the_session_s_spill_directory(sf1, tmp_path):
     spill_dir = tmp_path / "spill"
-    ctx = pooled_ctx(sf1, 300 * 1000 * 1000, spill_dir)
+    ctx = pooled_ctx(sf1, 100 * 1000 * 1000, spill_dir)
     made_by_single_node = set(spill_dir.iterdir())  # the session's own disk manager's
     dctx = DistributedContext(ctx)
-    df = dctx.sql("SELECT l_orderkey, l_partkey, l_comment FROM lineitem ORDER BY l_comment")
-    df.collect()
+    df = dctx.sql(
+        "SELECT l_orderkey, l_partkey, sum(l_quantity) AS q FROM lineitem "
+        "GROUP BY l_orderkey, l_partkey"
+    )
+    assert stream_rows(df).num_rows == 6_001_169
     spilled = sum(m["spilled_bytes"] or 0 for m in dctx.metrics(df))
     assert spilled > 0
     ours = set(spill_dir.iterdir()) - made_by_single_node

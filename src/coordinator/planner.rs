@@ -15,7 +15,6 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{ChannelResolver, DistributedExt};
 use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -418,27 +417,11 @@ impl ClusterPlanner {
         cfg.set_distributed_route_tasks_handler(kept::route_tasks);
         apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));
-        if embedded {
-            share_the_pool(&mut cfg, &self.runtime_env, urls.len());
-        }
         settle_compression(&mut cfg, &urls, embedded);
         let mut state = self.base.clone();
         *state.config_mut() = cfg;
         Ok(state)
     }
-}
-
-/// The embedded cluster runs a stage on every worker, all drawing on this process's one pool,
-/// where single-node runs it once: a bounded pool then holds each operator's fixed reserve (a
-/// sort's merge reserve) `workers` times. Each reserve is divided so that the process reserves
-/// what single-node does.
-fn share_the_pool(cfg: &mut SessionConfig, runtime: &RuntimeEnv, workers: usize) {
-    use datafusion::execution::memory_pool::MemoryLimit;
-    if !matches!(runtime.memory_pool.memory_limit(), MemoryLimit::Finite(_)) || workers < 2 {
-        return;
-    }
-    let execution = &mut cfg.options_mut().execution;
-    execution.sort_spill_reservation_bytes /= workers;
 }
 
 /// A scalar subquery's own error (run first, while planning) as the reason to run the query
