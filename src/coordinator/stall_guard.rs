@@ -31,22 +31,18 @@ struct Shared {
     /// The error, once the query stalled.
     stalled: Mutex<Option<DataFusionError>>,
     told: Notify,
-}
-
-/// What a run has done so far, as seen from the coordinator.
-#[derive(PartialEq, Eq, Default, Clone, Copy)]
-struct Mark {
-    finished_tasks: usize,
-    rows: u64,
+    /// Told when the guard is dropped: the watcher ends at once.
+    gone: Arc<Notify>,
 }
 
 impl StallGuard {
     /// A guard over `query`'s runs that fails a wait of more than `limit` without progress.
     pub fn start(query: &Arc<Query>, limit: Duration) -> Self {
         let shared = Arc::new(Shared::default());
+        // Weak both: the watcher must keep neither the stream's state nor the query (its
+        // plan, session, cluster) alive once the reader lets go of them.
         let weak = Arc::downgrade(&shared);
-        let query = Arc::clone(query);
-        crate::runtime::handle().spawn(watch(weak, query, limit));
+        crate::runtime::handle().spawn(watch(weak, Arc::downgrade(query), limit));
         Self { shared }
     }
 
@@ -70,13 +66,27 @@ impl StallGuard {
     }
 }
 
-async fn watch(shared: Weak<Shared>, query: Arc<Query>, limit: Duration) {
+impl Drop for StallGuard {
+    fn drop(&mut self) {
+        self.shared.gone.notify_one();
+    }
+}
+
+async fn watch(shared: Weak<Shared>, query: Weak<Query>, limit: Duration) {
     let check = (limit / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-    let mut last = Mark::default();
+    let mut finished = 0;
+    let mut rows: Option<u64> = None;
     let mut moved_at = Instant::now();
+    let gone = match shared.upgrade() {
+        Some(shared) => Arc::clone(&shared.gone),
+        None => return,
+    };
     loop {
-        tokio::time::sleep(check).await;
-        let Some(shared) = shared.upgrade() else {
+        tokio::select! {
+            _ = tokio::time::sleep(check) => {}
+            _ = gone.notified() => return,
+        }
+        let (Some(shared), Some(query)) = (shared.upgrade(), query.upgrade()) else {
             return;
         };
         let Some(waiting_since) = *shared.waiting_since.lock().expect("poisoned") else {
@@ -86,18 +96,25 @@ async fn watch(shared: Weak<Shared>, query: Arc<Query>, limit: Duration) {
             continue;
         };
         let records = log.records();
-        let finished_tasks = records.iter().filter(|r| r.finished_at.is_some()).count();
-        let (rows, busy) = query.planner.activity(&log).await;
-        let mark = Mark {
-            finished_tasks,
-            rows,
-        };
-        if mark != last || busy {
-            last = mark;
+        let now_finished = records.iter().filter(|r| r.finished_at.is_some()).count();
+        if now_finished != finished {
+            finished = now_finished;
             moved_at = Instant::now();
         }
         let still = Instant::now().duration_since(waiting_since.max(moved_at));
         if still < limit {
+            continue;
+        }
+        // Nothing seen from here for the whole limit: only now ask the workers (it costs
+        // them a call each) whether the run's tasks produce rows or use CPU.
+        // Rows are compared with the previous ask: the first one only sets the mark.
+        let (now_rows, busy) = query.planner.activity(&log).await;
+        let known = rows.replace(now_rows);
+        if busy || known.is_some_and(|k| k != now_rows) {
+            moved_at = Instant::now();
+            continue;
+        }
+        if known.is_none() {
             continue;
         }
         let running: Vec<String> = records

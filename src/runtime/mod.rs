@@ -5,6 +5,7 @@
 //! blocking call from Python runs here with the GIL released (Python UDFs on worker threads
 //! need the GIL). [`interpreter`] says whether our threads may still enter Python.
 pub mod interpreter;
+mod ticker;
 
 use std::future::Future;
 
@@ -50,7 +51,13 @@ where
     loop {
         let slice = std::time::Duration::from_millis(100);
         let (done, _entry) = py.detach(|| {
-            let done = runtime().block_on(async { tokio::time::timeout(slice, &mut fut).await });
+            // The slice is timed by a clock of our own (see `ticker`), not the runtime's.
+            let done = runtime().block_on(async {
+                match futures::future::select(&mut fut, ticker::elapsed(slice)).await {
+                    futures::future::Either::Left((done, _)) => Ok(done),
+                    futures::future::Either::Right(((), _)) => Err(()),
+                }
+            });
             // Taking the GIL back while the interpreter exits would abort the process (see
             // `interpreter`): this (daemon) thread then waits for the exit instead.
             let entry = interpreter::enter().unwrap_or_else(|| interpreter::wait_for_exit());
