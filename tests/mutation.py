@@ -46,6 +46,19 @@ INDEPENDENT: dict[str, dict[str, str]] = {
             "the examples run in processes of their own, which the switch does not reach"
         ),
     },
+    "test_memory.py": {
+        "test_stall_timeout_is_validated_and_settable": "config values",
+        "test_the_session_s_information_schema_setting_is_left_as_it_was": (
+            "the session's settings after a DistributedContext is made, no query"
+        ),
+        "test_local_cluster_workers_share_80_percent_of_the_machine_by_default": (
+            "the workers' command lines, no query"
+        ),
+        "test_local_cluster_memory_limit_none_is_unbounded_and_a_size_is_kept": (
+            "the workers' command lines, no query"
+        ),
+        "test_a_bad_memory_limit_is_refused_naming_it": "argument checking",
+    },
     "test_config_defaults.py": {
         "test_every_knob_sent_is_the_planners_default_unless_we_say_why": "config values",
     },

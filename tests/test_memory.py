@@ -121,7 +121,9 @@ def test_a_reader_that_pauses_is_not_stalled():
     config = DistributedConfig(stall_timeout=1)
     with LocalCluster(1) as cluster:
         dctx = DistributedContext(ctx, workers=cluster, config=config)
-        stream = dctx.sql("SELECT k FROM t").execute_stream()
+        df = dctx.sql("SELECT k FROM t")
+        assert_ran_on_workers(df, dctx, stages=False)
+        stream = df.execute_stream()
         rows = next(iter(stream)).to_pyarrow().num_rows
         time.sleep(4)
         rows += sum(b.to_pyarrow().num_rows for b in stream)
