@@ -44,6 +44,7 @@ from datafusion_distributed_py.errors import (  # noqa: E402
     UnsupportedTableError,
     WorkerError,
 )
+from datafusion_distributed_py.functions import register_functions  # noqa: E402
 from datafusion_distributed_py.progress import ProgressEvent  # noqa: E402
 from datafusion_distributed_py.ray_cluster import RayCluster  # noqa: E402
 from datafusion_distributed_py.resolvers import dns_workers  # noqa: E402
@@ -97,4 +98,5 @@ __all__ = [
     "dns_workers",
     "load_ipython_extension",
     "ran_on",
+    "register_functions",
 ]

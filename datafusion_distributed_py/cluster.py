@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from datafusion import SessionContext
@@ -53,6 +53,10 @@ class LocalCluster:
             spill to disk; ``"auto"`` (the default) shares 80% of the machine's memory between
             the ``n_workers``; ``None`` leaves them unbounded.
         spill_dir: where workers write spill files.
+        functions: packages whose functions every worker registers (import names, e.g.
+            ``["datafusion_extra_functions"]``): functions of extension packages travel by
+            name, so each worker needs its own (see
+            :func:`~datafusion_distributed_py.register_functions`).
         restart: restart a worker process that dies (on a new port; :attr:`urls` follows,
             and a ``DistributedContext`` on this cluster uses the new URL from its next
             query), as Dask's nanny does. ``False`` leaves it dead.
@@ -78,6 +82,7 @@ class LocalCluster:
         security: bool | Security = True,
         memory_limit: int | str | None = "auto",
         spill_dir: str | os.PathLike[str] | None = None,
+        functions: Iterable[str] = (),
         restart: bool = True,
         dashboard: bool = False,
         _report_versions: list[str | None] | None = None,
@@ -112,6 +117,10 @@ class LocalCluster:
         self._options += ["--memory-limit", str(limit) if limit is not None else "none"]
         if spill_dir is not None:
             self._options += ["--spill-dir", os.fspath(spill_dir)]
+        if isinstance(functions, str):
+            raise TypeError(f"functions must be a list of package names, got {functions!r}")
+        for package in functions:
+            self._options += ["--functions", package]
         self._owns_log_dir = log_dir is None
         #: Where the workers' logs are (``worker-<i>.log``).
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="dfd-cluster-"))

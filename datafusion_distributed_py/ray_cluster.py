@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from datafusion import SessionContext
@@ -57,6 +57,7 @@ class _WorkerActor:
                 options.get("memory_limit"), options.get("per_node", 1)
             ),
             spill_dir=options.get("spill_dir"),
+            functions=options.get("functions", ()),
         ).start()
 
     def url(self) -> str:
@@ -75,6 +76,8 @@ class RayCluster:
             shut down by :meth:`close`.
         workers_per_node: worker actors on each alive Ray node.
         setup: run in every worker on its ``SessionContext`` (a callable, cloudpickled).
+        functions: packages whose functions every worker registers (import names; see
+            :func:`~datafusion_distributed_py.register_functions`).
         security: ``True`` (default) makes a fresh token (:meth:`Security.temporary`) that the
             actors receive through Ray, never on a command line; a ``Security``; or ``False``.
         memory_limit, spill_dir: as for :class:`~datafusion_distributed_py.Worker` ("auto", the
@@ -97,6 +100,7 @@ class RayCluster:
         spill_dir: str | None = None,
         num_cpus: float = 0,
         init_kwargs: dict[str, Any] | None = None,
+        functions: Iterable[str] = (),
     ) -> None:
         try:
             import ray
@@ -123,6 +127,7 @@ class RayCluster:
             "memory_limit": memory_limit,
             "spill_dir": spill_dir,
             "per_node": workers_per_node,
+            "functions": list(functions),
         }
         self._num_cpus = num_cpus
         self._per_node = workers_per_node

@@ -26,13 +26,14 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from datafusion import SessionContext
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.config import memory_limit_bytes
+from datafusion_distributed_py.functions import register_all
 from datafusion_distributed_py.security import Security
 
 log = logging.getLogger("datafusion_distributed_py.worker")
@@ -69,6 +70,10 @@ class Worker:
             naming the worker); ``"auto"`` (the default) is 80% of the machine's memory (the
             container's, under a cgroup limit); ``None`` leaves it unbounded.
         spill_dir: where spill files go (default: the system's temporary directory).
+        functions: packages whose functions the worker registers before ``setup`` runs
+            (import names, e.g. ``["datafusion_extra_functions"]``; see
+            :func:`~datafusion_distributed_py.register_functions`): functions of extension
+            packages travel by name, so a worker runs only those it has.
 
     Example:
         >>> w = Worker(port=0)
@@ -88,6 +93,7 @@ class Worker:
         refuse_pickled_code: bool = False,
         memory_limit: int | str | None = "auto",
         spill_dir: str | os.PathLike[str] | None = None,
+        functions: Iterable[str] = (),
         _report_version: str | None = None,
     ) -> None:
         if not 0 <= int(port) <= 65535:
@@ -97,6 +103,7 @@ class Worker:
         self.security = security
         self._advertise = advertise_host or _advertised_host(host)
         self.ctx = SessionContext()
+        register_all(self.ctx, functions)
         if setup is not None:
             setup(self.ctx)
         version = _report_version if _report_version is not None else _internal.__version__
@@ -242,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=50051, help="port (default 50051; 0 = any)")
     parser.add_argument("--setup", help="module:function called with the worker SessionContext")
     parser.add_argument(
+        "--functions",
+        action="append",
+        default=[],
+        metavar="PACKAGE[,PACKAGE]",
+        help="register the functions of these packages (e.g. datafusion_extra_functions) before "
+        "--setup runs; repeatable",
+    )
+    parser.add_argument(
         "--log-level",
         default="WARNING",
         type=str.upper,
@@ -334,10 +349,11 @@ def main(argv: list[str] | None = None) -> int:
             refuse_pickled_code=args.refuse_pickled_code,
             memory_limit=args.memory_limit,
             spill_dir=args.spill_dir,
+            functions=[p for arg in args.functions for p in arg.split(",") if p],
             _report_version=args.report_version,
         )
         worker.start()
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -43,7 +43,7 @@ mod write_commit;
 pub use field_metadata::{mark as mark_for_metadata_repair, restore_field_metadata};
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
 pub use scan_compression::wrap as wrap_compressed_scans;
-pub use session::SessionCodec;
+pub use session::{SessionCodec, SessionFunctions};
 pub use task_merge::MergeTaskPartitions;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,

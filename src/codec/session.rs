@@ -1,5 +1,5 @@
 //! The session's own codec, imported over FFI from datafusion-python, and what we add to it.
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::{DataType, FieldRef};
@@ -14,6 +14,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
 use super::our_nodes;
+use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::udaf::ForeignAggregateUDF;
 use datafusion_ffi::udf::ForeignScalarUDF;
 
@@ -31,6 +32,11 @@ use datafusion_ffi::udf::ForeignScalarUDF;
 ///   metadata on decoding (`field_metadata`); and our own node that merges a task's
 ///   partitions for its file sink (`task_merge`).
 ///
+/// A function no codec serialises (one of an extension package, reached over FFI) travels by
+/// name and is looked up among the session's own functions (`SessionFunctions`: the user's
+/// session on the coordinator, the one its setup filled on a worker). The names so resolved are
+/// remembered, so the coordinator can check that every worker has them before a query runs.
+///
 /// On a worker that refuses pickled code, a function that arrives with a payload is looked up
 /// by name among the worker's own functions (registered by its setup) instead, and refused
 /// when it has none of that name: the payload is never unpickled.
@@ -38,8 +44,12 @@ use datafusion_ffi::udf::ForeignScalarUDF;
 pub struct SessionCodec {
     inner: Arc<dyn PhysicalExtensionCodec>,
     payloads: Mutex<HashMap<(&'static str, String), Vec<u8>>>,
-    /// Set on workers that refuse pickled code: their own functions (from `setup`).
-    own_functions: Option<Arc<TaskContext>>,
+    /// The session's own functions, for those that travel by name.
+    functions: Option<Arc<SessionFunctions>>,
+    /// Set on workers that refuse pickled code (see the type's comment).
+    refuse_pickled: bool,
+    /// Functions decoded by name from `functions`: (kind, name).
+    by_name: Mutex<BTreeSet<(&'static str, String)>>,
 }
 
 impl SessionCodec {
@@ -47,15 +57,38 @@ impl SessionCodec {
         Self {
             inner,
             payloads: Mutex::default(),
-            own_functions: None,
+            functions: None,
+            refuse_pickled: false,
+            by_name: Mutex::default(),
         }
     }
 
-    /// This codec, never unpickling the code of a function: functions are taken from
-    /// `own_functions` (the worker's registry) by name instead (see the type's comment).
-    pub fn refusing_pickled_code(mut self, own_functions: Arc<TaskContext>) -> Self {
-        self.own_functions = Some(own_functions);
+    /// This codec, resolving functions that travel by name among `functions`.
+    pub fn with_functions(mut self, functions: Arc<SessionFunctions>) -> Self {
+        self.functions = Some(functions);
         self
+    }
+
+    /// This codec, never unpickling the code of a function: functions are taken from the
+    /// session's own (see `with_functions`) by name instead (see the type's comment).
+    pub fn refusing_pickled_code(mut self) -> Self {
+        self.refuse_pickled = true;
+        self
+    }
+
+    /// The functions decoded so far that travel by name: (kind, name), kind being
+    /// "scalar", "aggregate" or "window".
+    pub fn by_name(&self) -> Vec<(&'static str, String)> {
+        let named = self.by_name.lock().expect("poisoned");
+        named.iter().cloned().collect()
+    }
+
+    /// The session's own function `name`, if it has one.
+    fn registered<F: Function>(&self, name: &str) -> Result<Option<Arc<F>>> {
+        match &self.functions {
+            Some(functions) => Ok(F::registered(&*functions.registry()?, name)),
+            None => Ok(None),
+        }
     }
 
     /// Decodes a function from its payload, remembering the payload. A payload this codec
@@ -71,8 +104,8 @@ impl SessionCodec {
             true => remembered.as_slice(),
             false => buf,
         };
-        if let (Some(registry), false) = (&self.own_functions, buf.is_empty()) {
-            return F::registered(registry, name).ok_or_else(|| {
+        if self.refuse_pickled && !buf.is_empty() {
+            return self.registered::<F>(name)?.ok_or_else(|| {
                 DataFusionError::Execution(format!(
                     "this worker refuses pickled Python code, and the query's {} {name:?} \
                      carries some: register {name:?} in the worker's setup (it then runs the \
@@ -83,8 +116,18 @@ impl SessionCodec {
         }
         let decoded = match F::decode(self.inner.as_ref(), name, buf) {
             // Sent by name and not found where the plan is decoded: a DataFusion built-in is
-            // ours to give (a session chain with extension codecs installed resolves no name).
-            Err(e) if buf.is_empty() => F::builtin(name).ok_or(e)?,
+            // ours to give (a session chain with extension codecs installed resolves no name),
+            // any other is the session's own (an extension package's, registered over FFI).
+            Err(e) if buf.is_empty() => match F::builtin(name) {
+                Some(builtin) => builtin,
+                None => {
+                    let own = self.registered::<F>(name)?;
+                    let own = own.ok_or_else(|| not_registered(F::NOUN, name, e))?;
+                    let mut named = self.by_name.lock().expect("poisoned");
+                    named.insert((F::NOUN, name.to_string()));
+                    own
+                }
+            },
             decoded => decoded?,
         };
         self.remember(F::KIND, name, buf);
@@ -176,9 +219,74 @@ impl PhysicalExtensionCodec for SessionCodec {
     }
 }
 
+/// A function named by a plan that this session does not have: on a worker, the user's next
+/// step is registering it there.
+fn not_registered(noun: &str, name: &str, cause: DataFusionError) -> DataFusionError {
+    DataFusionError::Execution(format!(
+        "the {noun} function {name:?} is not registered here; register it in the worker's \
+         setup (LocalCluster(functions=[\"<package>\"]), `datafusion-distributed-worker \
+         --functions <package>`, or a setup that registers it) ({cause})",
+        cause = cause.to_string().lines().next().unwrap_or_default()
+    ))
+}
+
+/// The functions registered on a datafusion-python session, read over FFI when first needed:
+/// converting a session's task context converts every function it has, a cost a plan of
+/// built-ins and Python UDFs (which carry their code) never needs to pay.
+pub struct SessionFunctions {
+    provider: FFI_TaskContextProvider,
+    read: OnceLock<std::result::Result<Arc<TaskContext>, String>>,
+}
+
+impl SessionFunctions {
+    pub fn new(provider: FFI_TaskContextProvider) -> Self {
+        Self {
+            provider,
+            read: OnceLock::new(),
+        }
+    }
+
+    fn registry(&self) -> Result<Arc<TaskContext>> {
+        let read = self.read.get_or_init(|| {
+            Arc::<TaskContext>::try_from(&self.provider).map_err(|e| e.to_string())
+        });
+        read.clone().map_err(|e| {
+            DataFusionError::Execution(format!("cannot read the session's functions: {e}"))
+        })
+    }
+
+    /// The names of the session's functions that are not DataFusion built-ins.
+    pub fn own_names(&self) -> Result<Vec<String>> {
+        let registry = self.registry()?;
+        let builtins = builtins();
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        let mut add = |own: Vec<&String>, builtin: &dyn Fn(&str) -> bool| {
+            names.extend(own.into_iter().filter(|n| !builtin(n)).cloned())
+        };
+        add(registry.scalar_functions().keys().collect(), &|n| {
+            builtins.scalar_functions().contains_key(n)
+        });
+        add(registry.aggregate_functions().keys().collect(), &|n| {
+            builtins.aggregate_functions().contains_key(n)
+        });
+        add(registry.window_functions().keys().collect(), &|n| {
+            builtins.window_functions().contains_key(n)
+        });
+        Ok(names.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for SessionFunctions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionFunctions")
+    }
+}
+
 /// What differs between scalar, aggregate and window functions for `SessionCodec`.
 trait Function: Sized {
     const KIND: &'static str;
+    /// As the user names the kind ("aggregate function").
+    const NOUN: &'static str;
     /// Sent by name, to be resolved with the payload seen when decoding.
     const COMES_BACK_BY_NAME: bool;
     fn decode(codec: &dyn PhysicalExtensionCodec, name: &str, buf: &[u8]) -> Result<Arc<Self>>;
@@ -207,6 +315,7 @@ macro_rules! function_kind {
     (
         $ty:ty,
         $kind:literal,
+        $noun:literal,
         $by_name:literal,
         $decode:ident,
         $encode:ident,
@@ -215,6 +324,7 @@ macro_rules! function_kind {
     ) => {
         impl Function for $ty {
             const KIND: &'static str = $kind;
+            const NOUN: &'static str = $noun;
             const COMES_BACK_BY_NAME: bool = $by_name;
             fn decode(c: &dyn PhysicalExtensionCodec, name: &str, buf: &[u8]) -> Result<Arc<Self>> {
                 c.$decode(name, buf)
@@ -239,6 +349,7 @@ macro_rules! function_kind {
 function_kind!(
     ScalarUDF,
     "udf",
+    "scalar",
     false,
     try_decode_udf,
     try_encode_udf,
@@ -248,6 +359,7 @@ function_kind!(
 function_kind!(
     AggregateUDF,
     "udaf",
+    "aggregate",
     false,
     try_decode_udaf,
     try_encode_udaf,
@@ -257,6 +369,7 @@ function_kind!(
 function_kind!(
     WindowUDF,
     "udwf",
+    "window",
     true,
     try_decode_udwf,
     try_encode_udwf,

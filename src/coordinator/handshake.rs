@@ -1,6 +1,6 @@
 //! The pre-query handshake: every worker is asked its version before a query is sent, and the
 //! ones that are lost (down, frozen, unreachable) are left out for a while.
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use crate::errors::{
     as_worker_failure, is_rejected_credentials, is_worker_failure, is_worker_lost, name_worker,
     worker_failure, worker_lost, FailureKind,
 };
-use crate::protocol::{display_url, unreachable, WorkerChannels};
+use crate::protocol::{display_url, unreachable, worker_info, WorkerChannels};
 use crate::VERSION;
 
 /// How long a worker may take to answer the pre-query handshake.
@@ -54,7 +54,8 @@ enum Connection {
 
 /// Asks `url` its version: a down worker or a worker of another release is reported by URL,
 /// quickly, instead of failing mid-query.
-async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result<()> {
+/// Answers the functions the worker registered beyond DataFusion's (see `worker_info`).
+async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result<Functions> {
     let shown = display_url(url);
     let info = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let mut client = match over {
@@ -77,24 +78,29 @@ async fn probe(channels: &WorkerChannels, url: &Url, over: Connection) -> Result
             Err(name_worker(shown, e))
         }
         Ok(Err(e)) => Err(unreachable(url, &e).await),
-        Ok(Ok(info)) if info.version != VERSION => Err(worker_failure(
-            Some(shown),
-            FailureKind::VersionMismatch,
-            format!(
-                "runs datafusion-distributed-py {}, but this coordinator runs {VERSION}; run \
-                 the same release on the coordinator and every worker",
-                if info.version.is_empty() {
-                    "<unknown>"
-                } else {
-                    &info.version
-                }
-            ),
-        )),
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(info)) => match worker_info::parse(&info.version) {
+            (VERSION, functions) => Ok(functions),
+            (version, _) => Err(worker_failure(
+                Some(shown),
+                FailureKind::VersionMismatch,
+                format!(
+                    "runs datafusion-distributed-py {}, but this coordinator runs \
+                         {VERSION}; run the same release on the coordinator and every worker",
+                    if version.is_empty() {
+                        "<unknown>"
+                    } else {
+                        version
+                    }
+                ),
+            )),
+        },
     }
 }
 
-/// The workers of `urls` a query may use now. Each is asked its version; a lost one is left
+/// The functions a worker registered beyond DataFusion's built-ins.
+pub type Functions = BTreeSet<String>;
+
+/// The workers of `urls` a query may use now, with their functions. Each is asked its version; a lost one is left
 /// out with a warning and quarantined for [`QUARANTINE`] (not asked again until then). Fails
 /// when fewer than `min_workers` remain, or when a worker refuses us (credentials, version):
 /// those do not heal by waiting.
@@ -103,7 +109,7 @@ pub async fn usable_workers(
     urls: &[Url],
     quarantine: &Quarantine,
     min_workers: usize,
-) -> Result<Vec<Url>> {
+) -> Result<Vec<(Url, Functions)>> {
     let now = Instant::now();
     let (resting, fresh): (Vec<&Url>, Vec<&Url>) =
         urls.iter().partition(|u| quarantine.resting(u, now));
@@ -122,9 +128,9 @@ pub async fn usable_workers(
     .await;
     for (url, answer) in asked.into_iter().zip(answers) {
         match answer {
-            Ok(()) => {
+            Ok(functions) => {
                 quarantine.release(url);
-                usable.push(url.clone());
+                usable.push((url.clone(), functions));
             }
             Err(e) if is_worker_lost(&e) => {
                 quarantine.put(url);
@@ -133,7 +139,7 @@ pub async fn usable_workers(
             Err(e) => return Err(e),
         }
     }
-    usable.sort_by_key(|u| urls.iter().position(|x| x == u));
+    usable.sort_by_key(|(u, _)| urls.iter().position(|x| x == u));
     if usable.len() < min_workers.max(1) {
         return Err(too_few(lost, usable.len(), urls.len(), min_workers));
     }

@@ -21,14 +21,14 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use url::Url;
 
 use super::distribute::{distribute_plan, planning_state};
-use super::handshake::{lost_workers, usable_workers, Quarantine};
+use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
 use super::live::{busy, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
 use crate::checks;
-use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers};
+use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers, SessionCodec};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable, FailureKind,
@@ -57,7 +57,7 @@ pub struct PlanRequest {
     pub plan: Option<Arc<dyn ExecutionPlan>>,
     /// The compressed tables the plan reads (their compression is not in `plan_bytes`).
     pub compressed_tables: Vec<CompressedTable>,
-    pub codec: Arc<dyn PhysicalExtensionCodec>,
+    pub codec: Arc<SessionCodec>,
     pub options: HashMap<String, String>,
     /// Object stores registered on the session, rebuilt on every runtime that reads data.
     pub stores: Vec<StoreSpec>,
@@ -306,8 +306,10 @@ impl ClusterPlanner {
     async fn plan_once(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
         let resolved = self.urls()?;
         let mut urls = resolved.clone();
+        let mut functions = Vec::new();
         if let Cluster::Remote(_, channels, quarantine) = &self.cluster {
-            urls = usable_workers(channels, &urls, quarantine, req.min_workers).await?;
+            let usable = usable_workers(channels, &urls, quarantine, req.min_workers).await?;
+            (urls, functions) = usable.into_iter().unzip();
         }
         let workers = urls.len();
         register_all(&self.runtime_env, &req.stores)?;
@@ -318,7 +320,7 @@ impl ClusterPlanner {
             watch(&log, Arc::clone(&self.observer), req.live_interval);
         }
         let state_for = |log: &Arc<TaskLog>| {
-            self.session_state(urls.clone(), &req.options, Arc::clone(&req.codec), log)
+            self.session_state(urls.clone(), &req.options, req.codec.clone(), log)
         };
         let mut state = state_for(&log)?;
         let task_ctx = state.task_ctx();
@@ -341,6 +343,7 @@ impl ClusterPlanner {
         if req.role != Role::Internal {
             plan = kept::resolve(plan, &urls, self.is_embedded()).await?;
         }
+        check_functions(&req.codec.by_name(), &urls, &functions)?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = restore_field_metadata(plan)?;
         checks::check_nothing_lost(&plan)?;
@@ -427,6 +430,27 @@ impl ClusterPlanner {
 /// A scalar subquery's own error (run first, while planning) as the reason to run the query
 /// single-node, where it fails the same way when it runs; the workers' failures stay as they
 /// are.
+/// Every function the plan names that travels by name (an extension package's) is registered
+/// on every worker: one that lacks it would fail mid-query, so the query does not start there.
+fn check_functions(
+    by_name: &[(&str, String)],
+    urls: &[Url],
+    functions: &[Functions],
+) -> Result<()> {
+    for (url, theirs) in urls.iter().zip(functions) {
+        if let Some((kind, name)) = by_name.iter().find(|(_, n)| !theirs.contains(n)) {
+            return Err(not_distributable(format!(
+                "its {kind} function {name:?} is not registered on worker {}; register it \
+                 there in the worker's setup: LocalCluster(functions=[\"<package>\"]), \
+                 `datafusion-distributed-worker --functions <package>`, or a setup function \
+                 that registers it",
+                display_url(url)
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn subquery_failed(e: DataFusionError) -> DataFusionError {
     if is_worker_failure(&e) || is_rejected_credentials(&e) || as_not_distributable(&e).is_some() {
         return e;

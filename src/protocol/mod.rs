@@ -8,6 +8,7 @@ mod peer_channel;
 mod per_partition;
 mod resolver;
 mod urls;
+pub mod worker_info;
 
 pub use connect_failure::unreachable;
 pub use grpc::{WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
 use super::errors::DistributedError;
-use crate::codec::SessionCodec;
+use crate::codec::{SessionCodec, SessionFunctions};
 
 /// Copies the FFI struct out of a capsule named `name`, checking the name so a wrong object
 /// gives a TypeError instead of undefined behaviour. `obj` may be the capsule itself or an
@@ -87,6 +87,16 @@ pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
     )?;
     let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
     Ok(SessionCodec::new(foreign))
+}
+
+/// The functions registered on the datafusion-python `session` (read when first needed).
+pub fn session_functions(session: &Bound<'_, PyAny>) -> PyResult<Arc<SessionFunctions>> {
+    let provider: FFI_TaskContextProvider = import(
+        session,
+        "__datafusion_task_context_provider__",
+        "datafusion_task_context_provider",
+    )?;
+    Ok(Arc::new(SessionFunctions::new(provider)))
 }
 
 /// The settings of a datafusion-python `SessionContext` as they are now (what

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::capsule::{self, import_session_codec, session_settings};
+use super::capsule::{self, import_session_codec, session_functions, session_settings};
 use super::errors::to_py_err;
 use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
@@ -272,7 +272,12 @@ fn request(
         plan_bytes: plan_bytes.to_vec(),
         plan: None,
         compressed_tables,
-        codec: Arc::new(import_session_codec(codec)?),
+        codec: Arc::new(match &session {
+            Some(session) => {
+                import_session_codec(codec)?.with_functions(session_functions(session.bind(py))?)
+            }
+            None => import_session_codec(codec)?,
+        }),
         options: settings,
         stores: stores.into_iter().map(StoreSpec::from).collect(),
         progress: progress.map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),

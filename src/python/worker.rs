@@ -4,9 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datafusion::execution::TaskContext;
 use datafusion_distributed::Worker;
-use datafusion_ffi::execution::FFI_TaskContextProvider;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -14,6 +12,7 @@ use super::capsule::{self, import_session_codec};
 use super::errors::to_py_err;
 use super::security::SecuritySpec;
 use crate::object_stores::StoreSpec;
+use crate::protocol::worker_info;
 use crate::runtime;
 use crate::security::Security;
 use crate::worker::{build_worker, Serving, WorkerOptions};
@@ -52,20 +51,17 @@ impl WorkerServer {
         spill_dir: Option<PathBuf>,
     ) -> PyResult<Self> {
         let session = codec;
-        let mut codec = import_session_codec(session)?;
+        // The functions the worker's setup registered: those that travel by name (an
+        // extension package's) are looked up there, and the handshake lists them.
+        let functions = capsule::session_functions(session)?;
+        let own_functions = functions.own_names().map_err(to_py_err)?;
+        let mut codec = import_session_codec(session)?.with_functions(functions);
         if refuse_pickled_code {
-            // The functions the worker's setup registered, looked up by name instead.
-            let provider: FFI_TaskContextProvider = capsule::import(
-                session,
-                "__datafusion_task_context_provider__",
-                "datafusion_task_context_provider",
-            )?;
-            let own = Arc::<TaskContext>::try_from(&provider).map_err(to_py_err)?;
-            codec = codec.refusing_pickled_code(own);
+            codec = codec.refusing_pickled_code();
         }
         let security = Security::try_from(security)?;
         let options = WorkerOptions {
-            version,
+            version: worker_info::advertise(&version, &own_functions),
             own_stores: stores.into_iter().map(StoreSpec::from).collect(),
             security: security.clone(),
             memory_limit,
