@@ -46,6 +46,10 @@ INDEPENDENT: dict[str, dict[str, str]] = {
             "the examples run in processes of their own, which the switch does not reach"
         ),
     },
+    "test_extension_functions.py": {
+        "test_register_functions_says_what_is_wrong": "registering functions, no query",
+        "test_the_worker_cli_names_a_package_it_cannot_import": "the worker CLI's start, no query",
+    },
     "test_memory.py": {
         "test_stall_timeout_is_validated_and_settable": "config values",
         "test_the_session_s_information_schema_setting_is_left_as_it_was": (
