@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
@@ -16,6 +15,7 @@ from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
 from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain, TableScan
+from datafusion.unparser import Dialect, Unparser
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py import progress as progress_mod
@@ -293,7 +293,9 @@ class DistributedContext:
             # A frame of its own: the caller's df stays as it was.
             own = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
             return distributed_frame(own, Origin(source, df, feed, self, False))
-        origin = Origin(source, df, feed, self, True)
+        names = tuple(df.schema().names)
+        repeated = names if len(set(names)) < len(names) else None
+        origin = Origin(source, df, feed, self, True, repeated)
         return distributed_frame(self._ctx.read_table(source), origin)
 
     # -- frames made as a SessionContext makes them ---------------------------------------
@@ -422,20 +424,28 @@ class DistributedContext:
     def _copy(self, copy: Copy, path: str, stored_as: str) -> None:
         """Writes ``copy.frame``'s rows to ``path`` as ``COPY ... TO`` does: distributed, each
         task writing its own files (what ``write_parquet/csv/json`` of a distributed frame
-        run)."""
+        run). Raises ``UnsupportedPlanError`` for a frame no ``COPY`` can name."""
+        names = copy.frame.schema().names
         view = f"__dfdpy_write_{uuid.uuid4().hex}"
-        self._ctx.register_view(view, copy.frame)
+        if len(set(names)) == len(names):
+            self._ctx.register_view(view, copy.frame)
+            query = f"SELECT * FROM {view}"
+        else:
+            # A view cannot hold two columns of one name (`a.id`, `b.id`): the frame's plan,
+            # written back as SQL, is the COPY's query instead.
+            query = _as_sql(self._ctx, copy.frame)
         try:
             quoted = ", ".join(f"'{k}' '{_sql_str(v)}'" for k, v in copy.options.items())
             with_options = f" OPTIONS ({quoted})" if copy.options else ""
             columns = ", ".join(copy.partition_by)
             partitioned = f" PARTITIONED BY ({columns})" if copy.partition_by else ""
             self.sql(
-                f"COPY (SELECT * FROM {view}) TO '{_sql_str(path)}' STORED AS {stored_as}"
+                f"COPY ({query}) TO '{_sql_str(path)}' STORED AS {stored_as}"
                 f"{partitioned}{with_options}"
             ).collect()
         finally:
-            self._ctx.deregister_table(view)
+            if self._ctx.table_exist(view):
+                self._ctx.deregister_table(view)
 
     def _plans_at_once(self) -> bool:
         """Frames are planned when first used (a chain of steps plans once, its parents
@@ -606,7 +616,6 @@ class DistributedContext:
         settings = self._settings(feed)
         # A DataFrame plans with the settings of its creation: re-create it under ours.
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
-        _check_result_names(fresh)
         # Planning errors are the query's own: they surface as single-node's would.
         try:
             physical = fresh.execution_plan()
@@ -782,18 +791,17 @@ def _describe(df: DataFrame) -> str:
     return f"DataFrame: {first.strip()}"
 
 
-def _check_result_names(df: DataFrame) -> None:
-    """Refuse (as not distributable) a result with two columns of one name (``SELECT *`` of a
-    self-join): datafusion-python 55 reads a distributed result through a table provider,
-    whose columns all carry one qualifier, so ``a.id`` and ``b.id`` cannot both be kept."""
-    twice = sorted(n for n, k in Counter(f.name for f in df.schema()).items() if k > 1)
-    if twice:
-        names = ", ".join(repr(n) for n in twice)
-        raise UnsupportedPlanError(
-            f"its result has more than one column named {names}, which a distributed result "
-            "cannot carry through datafusion-python 55 (a table has one name per column); "
-            "give them distinct names (SELECT a.id AS a_id, b.id AS b_id ...) to distribute it"
-        )
+def _as_sql(ctx: SessionContext, df: DataFrame) -> str:
+    """``df``'s query as SQL text planning to the same result (its plan unparsed); raises
+    ``UnsupportedPlanError`` when there is none (a frame reading a table with no name)."""
+    try:
+        sql = str(Unparser(Dialect.default()).plan_to_sql(df.logical_plan()))
+        same = ctx.sql(sql).schema() == df.schema()
+    except Exception as e:  # datafusion raises plain Exception subclasses
+        raise UnsupportedPlanError(f"its plan cannot be written as SQL ({e})") from e
+    if not same:
+        raise UnsupportedPlanError("its plan, written as SQL, plans to another result")
+    return sql
 
 
 def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import re
 import tempfile
 import threading
 import types
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,12 +39,15 @@ import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, RecordBatch, SessionContext
 from datafusion import functions as f
 from datafusion._internal import DataFrame as DataFrameInternal  # type: ignore[import-not-found]
+from datafusion.dataframe_formatter import get_formatter
 from datafusion.expr import Projection, SubqueryAlias, TableScan
 from datafusion.record_batch import RecordBatchStream
 
 from datafusion_distributed_py import _internal, plan_metrics, write_options
-from datafusion_distributed_py.errors import WorkerError
+from datafusion_distributed_py.errors import UnsupportedPlanError, WorkerError
 from datafusion_distributed_py.monitor import MONITOR, Feed
+
+_log = logging.getLogger("datafusion_distributed_py")
 
 
 @dataclass(frozen=True)
@@ -119,25 +124,48 @@ class TranslatedStream(RecordBatchStream):
     raised as :func:`translate` gives them: a lost worker mid-stream is a
     :class:`WorkerError`, as it is from ``collect``."""
 
-    def __init__(self, rbs: Any, source: Source | None = None) -> None:
+    def __init__(
+        self, rbs: Any, source: Source | None = None, names: tuple[str, ...] | None = None
+    ) -> None:
         super().__init__(rbs)
         self._dfdpy_source = source
+        self._dfdpy_names = names
 
     def __next__(self) -> RecordBatch:
         with _AsSingleNode(self._dfdpy_source):
-            return super().__next__()
+            return self._named(super().__next__())
 
     async def __anext__(self) -> RecordBatch:
         with _AsSingleNode(self._dfdpy_source):
-            return await super().__anext__()
+            return self._named(await super().__anext__())
+
+    def _named(self, batch: RecordBatch) -> RecordBatch:
+        if self._dfdpy_names is None:
+            return batch
+        return _NamedBatch(_named(batch.to_pyarrow(), self._dfdpy_names))
 
 
-def _streams_translated(out: Any, source: Source) -> Any:
-    """``out`` with each ``RecordBatchStream`` in it made a :class:`TranslatedStream`."""
+class _NamedBatch(RecordBatch):
+    """A batch of a stream, its columns given single-node's names (see ``Origin.names``)."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self._batch = batch
+
+    def to_pyarrow(self) -> pa.RecordBatch:
+        return self._batch
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        capsules: tuple[object, object] = self._batch.__arrow_c_array__(requested_schema)
+        return capsules
+
+
+def _streams_translated(out: Any, source: Source, names: tuple[str, ...] | None = None) -> Any:
+    """``out`` with each ``RecordBatchStream`` in it made a :class:`TranslatedStream`
+    (its batches given ``names``, if any: see ``Origin.names``)."""
     if isinstance(out, RecordBatchStream):
-        return TranslatedStream(out.rbs, source)
+        return TranslatedStream(out.rbs, source, names)
     if isinstance(out, list) and out and all(isinstance(s, RecordBatchStream) for s in out):
-        return [TranslatedStream(s.rbs, source) for s in out]
+        return [TranslatedStream(s.rbs, source, names) for s in out]
     return out
 
 
@@ -191,7 +219,9 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
             return origin.owner._distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
-        return _streams_translated(out, source)
+        if origin.names is not None and direct is None:
+            out = _named(out, origin.names)
+        return _streams_translated(out, source, origin.names)
 
     return wrapper
 
@@ -271,7 +301,54 @@ def _cache(df: DataFrame) -> DataFrame:
 def _show(df: DataFrame, num: int = 20) -> None:
     """As single-node's ``show``: the first ``num`` rows, the limit inside the distributed
     plan so that the workers' scans stop early."""
-    _ON_FRAME["show"](_derive(df, "show", DataFrame.limit, num), num)
+    limited = _derive(df, "show", DataFrame.limit, num)
+    if origin_of(limited).names is None:  # type: ignore[union-attr]
+        return _ON_FRAME["show"](limited, num)  # type: ignore[no-any-return]
+    # Printed here with single-node's names (datafusion's own printing reads the core's).
+    batches = _ON_FRAME["collect"](limited)
+    if not sum(b.num_rows for b in batches):
+        print("DataFrame has no rows")
+    else:
+        print(_as_text(batches, limited.schema(), has_more=False))
+    return None
+
+
+def _as_text(batches: list[pa.RecordBatch], schema: pa.Schema, has_more: bool) -> str:
+    """Batches printed as datafusion prints a frame (``show``, ``repr``)."""
+    return DataFrame.default_str_repr(batches, schema, has_more, str(uuid.uuid4()))
+
+
+def _first_rows(df: DataFrame) -> tuple[list[pa.RecordBatch], bool]:
+    """The rows a frame's ``repr`` shows (as many as datafusion's formatter shows) and
+    whether there are more."""
+    shown = get_formatter().max_rows
+    table = _ON_FRAME["to_arrow_table"](_derive(df, "repr", DataFrame.limit, shown + 1))
+    return table.slice(0, shown).to_batches(), table.num_rows > shown
+
+
+_plain_repr = DataFrame.__repr__
+_plain_repr_html = DataFrame._repr_html_
+
+
+def _repr(self: DataFrame) -> str:
+    origin = origin_of(self)
+    if origin is None or origin.names is None:
+        return _plain_repr(self)
+    batches, more = _first_rows(self)
+    return _as_text(batches, self.schema(), more) if batches else "No data to display"
+
+
+def _repr_html(self: DataFrame) -> str:
+    origin = origin_of(self)
+    if origin is None or origin.names is None:
+        return _plain_repr_html(self)
+    batches, more = _first_rows(self)
+    return get_formatter().format_html(batches, self.schema(), more, str(uuid.uuid4()))
+
+
+# Looked up on the class: frames whose result repeats a name show single-node's names.
+DataFrame.__repr__ = _repr  # type: ignore[method-assign]
+DataFrame._repr_html_ = _repr_html  # type: ignore[method-assign]
 
 
 def _tail(df: DataFrame, n: int = 5) -> DataFrame:
@@ -369,6 +446,9 @@ def _write(
         return _ON_FRAME[name](df, path, *args, **kwargs)  # type: ignore[no-any-return]
     try:
         owner._copy(copy, str(path), stored_as)
+    except UnsupportedPlanError as e:
+        _log.warning("this write runs on the coordinator, single-node: %s", e)
+        return getattr(DataFrame, name)(twin, path, *args, **kwargs)  # type: ignore[no-any-return]
     except Exception as e:  # the write's own errors read as single-node's
         clean = translate(e)
         if clean is None:
@@ -386,7 +466,9 @@ def _raise_as_single_node_would(twin: DataFrame, name: str, bound: dict[str, Any
     The row written is one row of nulls of the query's columns, not the query's: Parquet's
     writer properties are checked when a file is opened, which an empty result never does."""
     call = {k: v for k, v in bound.items() if k not in ("self", "path")}
-    schema = pa.schema([field.with_nullable(True) for field in twin.schema()])
+    # Distinct names: a result may repeat one (``SELECT *`` of a join), which a table cannot.
+    fields = [f.with_nullable(True).with_name(f"c{i}") for i, f in enumerate(twin.schema())]
+    schema = pa.schema(fields)
     nulls = pa.table([pa.nulls(1, field.type) for field in schema], schema=schema)
     with tempfile.TemporaryDirectory(prefix="dfdpy-options-") as scratch:
         frame = SessionContext().from_arrow(nulls)
@@ -443,7 +525,34 @@ def _read(stream: object) -> list[pa.RecordBatch]:
 
 def _batches(df: DataFrame, plan: _internal.DistributedPlan) -> list[pa.RecordBatch]:
     (stream,) = plan.collect_streams()
-    return _read(stream)
+    batches: list[pa.RecordBatch] = _named(_read(stream), origin_of(df).names)  # type: ignore[union-attr]
+    return batches
+
+
+def _named(out: Any, names: tuple[str, ...] | None) -> Any:
+    """A result read from the distributed frame (a table, batches, a schema, pandas frame:
+    whatever a method returned), its columns given single-node's ``names`` (see
+    ``Origin.names``); anything else as it is."""
+    if names is None:
+        return out
+    if isinstance(out, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(out.columns, schema=_schema_named(out.schema, names))
+    if isinstance(out, pa.Table):
+        return pa.Table.from_arrays(out.columns, schema=_schema_named(out.schema, names))
+    if isinstance(out, pa.Schema):
+        return _schema_named(out, names)
+    if isinstance(out, list):
+        return [_named(o, names) for o in out]
+    if type(out).__module__.startswith("pandas") and hasattr(out, "columns"):
+        out.columns = list(names)
+    return out
+
+
+def _schema_named(schema: pa.Schema, names: tuple[str, ...]) -> pa.Schema:
+    return pa.schema(
+        [field.with_name(name) for field, name in zip(schema, names, strict=True)],
+        metadata=schema.metadata,
+    )
 
 
 def _table(df: DataFrame, plan: _internal.DistributedPlan) -> pa.Table:
@@ -461,7 +570,10 @@ def _polars(df: DataFrame, plan: _internal.DistributedPlan) -> Any:
 #: The methods that read a whole result, as a frame with nothing added reads it from the core.
 _DIRECT: dict[str, Callable[[DataFrame, _internal.DistributedPlan], Any]] = {
     "collect": _batches,
-    "collect_partitioned": lambda df, plan: [_read(s) for s in plan.collect_streams(True)],
+    "collect_partitioned": lambda df, plan: [
+        _named(_read(s), origin_of(df).names)  # type: ignore[union-attr]
+        for s in plan.collect_streams(True)
+    ],
     "to_arrow_table": _table,
     "to_pandas": lambda df, plan: _table(df, plan).to_pandas(),
     "to_pylist": lambda df, plan: _table(df, plan).to_pylist(),
@@ -554,6 +666,9 @@ class Origin:
         feed: the progress feed of its runs.
         owner: the ``DistributedContext`` that distributes the frames derived from ``twin``.
         root: whether the frame reads ``source`` itself (nothing added to it in Python).
+        names: single-node's column names when the result repeats one (``SELECT *`` of a
+            join whose sides share ``id``): the distributed result, read through a table
+            provider, carries them made distinct, and each result is given back with these.
     """
 
     source: Source
@@ -561,6 +676,7 @@ class Origin:
     feed: Feed | None
     owner: Distributor
     root: bool
+    names: tuple[str, ...] | None = None
 
 
 def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:

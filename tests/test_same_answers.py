@@ -78,8 +78,6 @@ def assert_same(
 #: Why a query falls back today (issue 40 is to carry each to the workers): DataFusion 55's
 #: plan serialisation loses these window modifiers.
 IGNORE_NULLS, FILTER, REVERSED = "uses IGNORE NULLS", "uses FILTER", "in reverse"
-#: A result with one column name twice does not cross datafusion-python 55's table provider.
-REPEATED = "more than one column named"
 
 #: Each query, and the reason it runs on the coordinator (None: on the workers).
 WINDOW_MODIFIERS = [
@@ -181,7 +179,7 @@ def test_partial_reduce_still_applies_without_grouping_sets(workers):
     ],
 )
 def test_float16_keeps_its_type(both, sql):
-    assert_same(*both, sql, REPEATED if " g.h" in sql else None)
+    assert_same(*both, sql)
 
 
 @pytest.mark.parametrize(
@@ -224,7 +222,9 @@ def test_python_window_udf_runs_on_workers(both):
     ],
 )
 def test_repeated_column_names(both, sql):
-    assert_same(*both, sql, REPEATED)
+    # Run on the workers with single-node's names (tests/test_repeated_names.py: every way
+    # a result is read).
+    assert_same(*both, sql)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ mod generate_series;
 mod one_partition_scans;
 mod parallel_writes;
 mod scan_filters;
+mod unique_names;
 mod window_sorts;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
@@ -23,6 +24,7 @@ pub fn prepare(
     plan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = unique_names::rename_repeated(plan)?;
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
     let plan = scan_filters::filter_scans_across_stages(plan, config)?;
