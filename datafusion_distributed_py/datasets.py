@@ -1,0 +1,118 @@
+"""pyarrow datasets registered with ``ctx.register_dataset``, read by the workers.
+
+datafusion-python scans a pyarrow dataset through pyarrow, in the process that holds it: a
+plan reading one cannot travel. A dataset made of Parquet files is a list of files with a
+schema and, when partitioned, each file's partition values: the same thing a Delta or Iceberg
+snapshot is (see ``lakehouse``). So, once this package is imported, ``register_dataset`` of
+such a dataset registers a table over exactly the dataset's files, with its schema and
+partition columns, read by DataFusion's own Parquet scan: single-node ``ctx.sql`` reads it
+like any table (filters pushed into the scan as for any Parquet table), and distributed
+queries send that scan to the workers, split into tasks. Files on the local filesystem or on
+S3 (``pyarrow.fs.S3FileSystem``, its endpoint and credentials passed on to the workers as an
+object store) qualify; any other dataset is registered as datafusion-python registers it (its
+queries then run single-node, saying why).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from datafusion_distributed_py import _internal, object_stores
+from datafusion_distributed_py.lakehouse import registry
+from datafusion_distributed_py.lakehouse.stores import store_for
+
+_lock = threading.Lock()
+_installed = False
+
+
+def install() -> None:
+    """Register pyarrow datasets of Parquet files as tables the workers can read (idempotent)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+    plain = datafusion.SessionContext.register_dataset
+
+    @functools.wraps(plain)
+    def register_dataset(self: datafusion.SessionContext, name: str, dataset: Any) -> None:
+        table = as_table(name, dataset)
+        if table is None:
+            plain(self, name, dataset)
+            return
+        provider, stores = table
+        registry.register(self, name, provider, stores)
+
+    datafusion.SessionContext.register_dataset = register_dataset  # type: ignore[method-assign]
+
+
+def as_table(
+    name: str, dataset: Any
+) -> tuple[_internal.SnapshotTable, list[object_stores.StoreSpec]] | None:
+    """A table over ``dataset``'s files, and the stores they are read from; None for a
+    dataset that is not Parquet files on the local filesystem or S3."""
+    if not isinstance(dataset, pads.FileSystemDataset):
+        return None
+    if not isinstance(dataset.format, pads.ParquetFileFormat):
+        return None
+    fs = dataset.filesystem
+    if isinstance(fs, pafs.LocalFileSystem):
+        to_url, stores = (lambda path: Path(path).absolute().as_uri()), []
+    elif isinstance(fs, pafs.S3FileSystem):
+        to_url, stores = (lambda path: f"s3://{path}"), []
+    else:
+        return None
+    fragments = list(dataset.get_fragments())
+    if not fragments:
+        return None
+    partition_columns = _partition_columns(dataset, fragments)
+    if partition_columns is None:
+        return None
+    infos = fs.get_file_info([f.path for f in fragments])
+    files = []
+    for fragment, info in zip(fragments, infos, strict=True):
+        keys = pads.get_partition_keys(fragment.partition_expression)
+        values = [None if keys.get(c) is None else str(keys[c]) for c in partition_columns]
+        files.append((to_url(fragment.path), int(info.size), None, values, []))
+    if isinstance(fs, pafs.S3FileSystem):
+        stores = _s3_stores(fs, files[0][0])
+    schema = dataset.schema.remove_metadata()
+    provider = _internal.SnapshotTable(
+        name, schema.serialize().to_pybytes(), partition_columns, False, files, None, stores
+    )
+    return provider, stores
+
+
+def _partition_columns(dataset: pads.FileSystemDataset, fragments: list[Any]) -> list[str] | None:
+    """The dataset's partition columns: those of its schema its files lack (last, as pyarrow
+    appends them); None when they are not the last."""
+    in_files = set(fragments[0].physical_schema.names)
+    names = dataset.schema.names
+    columns = [n for n in names if n not in in_files]
+    if columns and names[-len(columns) :] != columns:
+        return None
+    return columns
+
+
+def _s3_stores(fs: pafs.S3FileSystem, url: str) -> list[object_stores.StoreSpec]:
+    """The S3 store ``fs`` reads ``url``'s bucket with: its endpoint, region and keys."""
+    settings = fs.__reduce__()[1][0]
+    options = {"aws_region": settings.get("region") or "us-east-1"}
+    endpoint = settings.get("endpoint_override") or ""
+    if endpoint:
+        if "://" not in endpoint:
+            endpoint = f"{settings.get('scheme') or 'https'}://{endpoint}"
+        options["aws_endpoint"] = endpoint
+    if settings.get("access_key"):
+        options["aws_access_key_id"] = settings["access_key"]
+        options["aws_secret_access_key"] = settings.get("secret_key", "")
+    if settings.get("session_token"):
+        options["aws_session_token"] = settings["session_token"]
+    return store_for(url, options)
