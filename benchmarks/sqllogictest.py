@@ -7,7 +7,8 @@ embedded cluster and on LocalCluster(2) worker processes.
 
 Prints per file and in total ``N/M equal, E errors, W wrong`` (M: queries single-node answers;
 queries that fail single-node too are counted apart, with the same error required), how many
-were answered through the single-node fallback, and every error or wrong answer. Writes
+were answered through the single-node fallback and the share of equal answers run on the
+workers, and every error or wrong answer. Writes
 ``benchmarks/results/sqllogictest.md``; exits non-zero on any error or wrong answer.
 """
 
@@ -30,10 +31,11 @@ def summary(outcomes: list[Outcome]) -> str:
     counts = Counter(o.verdict for o in outcomes)
     comparable = len(outcomes) - counts["both-raised"]
     fallback = sum(o.fallback for o in outcomes if o.verdict == "equal")
+    on_workers = 100.0 * (counts["equal"] - fallback) / max(counts["equal"], 1)
     return (
         f"{counts['equal']}/{comparable} equal, {counts['error']} errors, {counts['wrong']} wrong"
-        f" ({fallback} through the single-node fallback; {counts['both-raised']} fail "
-        "single-node too, with the same error)"
+        f" ({fallback} through the single-node fallback, {on_workers:.1f}% on the workers; "
+        f"{counts['both-raised']} fail single-node too, with the same error)"
     )
 
 
