@@ -683,7 +683,11 @@ class DistributedContext:
         workers and ``name`` registered on ``ctx`` as a table reading it there."""
         if self._ctx.table_exist(name) and not or_replace:
             return self._ctx.sql(sql)  # single-node's error, or nothing (IF NOT EXISTS)
-        kept = self._keep(self._ctx.sql(select), name)
+        selected = self._ctx.sql(select)
+        names = selected.schema().names
+        if len(set(names)) < len(names):  # a table of repeated names: single-node's error
+            return self._ctx.sql(sql)
+        kept = self._keep(selected, name)
         if kept is None:
             return self._ctx.sql(sql)
         if self._ctx.table_exist(name):

@@ -193,7 +193,10 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
             feed.current = record
         try:
-            if (
+            if origin.names is not None and method.__name__ == "describe":
+                # Single-node refuses to describe a result with repeated names: its error.
+                out = _ON_TWIN_RESULT(origin.twin, method, *args)
+            elif (
                 direct is not None
                 and isinstance(source, _internal.DistributedPlan)
                 and (origin.root and not args and not kwargs)
@@ -295,7 +298,22 @@ def _cache(df: DataFrame) -> DataFrame:
     """The result kept where the workers compute it, and a frame reading it there: later
     queries on it carry a reference to it, not its rows."""
     twin, owner, sql = _lineage_of(df)
+    if _repeats_names(twin):  # single-node cannot keep it either: its error, as it gives it
+        return _ON_TWIN_RESULT(twin, DataFrame.cache)  # type: ignore[no-any-return]
     return owner._cache(twin, sql)
+
+
+def _repeats_names(df: DataFrame) -> bool:
+    """Whether ``df``'s result has two columns of one name (see ``Origin.names``)."""
+    names = df.schema().names
+    return len(set(names)) < len(names)
+
+
+def _ON_TWIN_RESULT(twin: DataFrame, method: Callable[..., Any], *args: Any) -> Any:  # noqa: N802
+    """``method`` of single-node on ``twin``, for what single-node refuses for a result with
+    repeated names (keeping it, describing it): the same error, translated."""
+    with _AsSingleNode():
+        return method(twin, *args)
 
 
 def _show(df: DataFrame, num: int = 20) -> None:
@@ -695,6 +713,26 @@ def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:
     for name, wrapper in _WRAPPED.items():
         setattr(df, name, types.MethodType(wrapper, df))
     return df
+
+
+_plain_c_stream = DataFrame.__arrow_c_stream__
+
+
+def _c_stream(df: DataFrame, requested_schema: object = None) -> object:
+    """``__arrow_c_stream__`` (looked up on the class): for a frame whose result repeats a
+    name, its batches with single-node's names (see ``Origin.names``)."""
+    origin = origin_of(df)
+    if origin is None or origin.names is None:
+        return _plain_c_stream(df, requested_schema)
+    names = origin.names
+    reader = pa.RecordBatchReader._import_from_c_capsule(_plain_c_stream(df))
+    schema = _schema_named(reader.schema, names)
+    batches = (_named(b, names) for b in reader)
+    named = pa.RecordBatchReader.from_batches(schema, batches)
+    return named.__arrow_c_stream__(requested_schema)
+
+
+DataFrame.__arrow_c_stream__ = _c_stream  # type: ignore[method-assign, assignment]
 
 
 @dataclass(frozen=True)

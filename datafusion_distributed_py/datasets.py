@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,12 @@ def as_table(
     if not isinstance(dataset.format, pads.ParquetFileFormat):
         return None
     fs = dataset.filesystem
+    stores: list[object_stores.StoreSpec] = []
+    to_url: Callable[[str], str]
     if isinstance(fs, pafs.LocalFileSystem):
-        to_url, stores = (lambda path: Path(path).absolute().as_uri()), []
+        to_url = lambda path: Path(path).absolute().as_uri()  # noqa: E731
     elif isinstance(fs, pafs.S3FileSystem):
-        to_url, stores = (lambda path: f"s3://{path}"), []
+        to_url = lambda path: f"s3://{path}"  # noqa: E731
     else:
         return None
     fragments = list(dataset.get_fragments())
@@ -76,7 +79,7 @@ def as_table(
     if partition_columns is None:
         return None
     infos = fs.get_file_info([f.path for f in fragments])
-    files = []
+    files: list[tuple[str, int, None, list[str | None], list[Any]]] = []
     for fragment, info in zip(fragments, infos, strict=True):
         keys = pads.get_partition_keys(fragment.partition_expression)
         values = [None if keys.get(c) is None else str(keys[c]) for c in partition_columns]

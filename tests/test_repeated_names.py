@@ -10,6 +10,7 @@ import logging
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext, col
@@ -147,3 +148,31 @@ def test_an_unnamed_frame_with_repeated_names_still_answers(both) -> None:
     assert ran_on(df) == "workers"
     assert sorted(df.to_pylist(), key=str) == sorted(single.to_pylist(), key=str)
     assert df.schema().names == single.schema().names
+
+
+def test_what_single_node_refuses_for_repeated_names_is_refused_alike(both) -> None:
+    # Keeping such a result (CREATE TABLE AS, cache) or describing it fails single-node: the
+    # same error distributed, nothing kept under a made-up name.
+    ctx, dctx = both
+    cases = [
+        lambda run: run(f"CREATE TABLE kept_twice AS {JOIN}").collect(),
+        lambda run: run(JOIN).cache().to_pylist(),
+        lambda run: run(JOIN).describe().to_pylist(),
+    ]
+    for case in cases:
+        with pytest.raises(Exception) as single:
+            case(ctx.sql)
+        with pytest.raises(Exception) as distributed:
+            case(dctx.sql)
+        assert str(distributed.value).splitlines()[0] == str(single.value).splitlines()[0]
+    assert not ctx.table_exist("kept_twice")
+
+
+def test_the_arrow_stream_protocol_gives_single_node_s_names(both) -> None:
+    ctx, dctx = both
+    sql = JOIN + " ORDER BY a.o_orderkey, b.o_orderkey"
+    df = dctx.sql(sql)
+    assert_ran_on_workers(df, dctx)
+    table = pa.table(df)
+    assert table.column_names == ctx.sql(sql).schema().names
+    assert table.equals(ctx.sql(sql).to_arrow_table())
