@@ -46,11 +46,6 @@ INDEPENDENT: dict[str, dict[str, str]] = {
             "the examples run in processes of their own, which the switch does not reach"
         ),
     },
-    "test_repeated_names.py": {
-        "test_what_single_node_refuses_for_repeated_names_is_refused_alike": (
-            "single-node's own errors, which a fallback gives too"
-        ),
-    },
     "test_extension_functions.py": {
         "test_register_functions_says_what_is_wrong": "registering functions, no query",
         "test_the_worker_cli_names_a_package_it_cannot_import": "the worker CLI's start, no query",
