@@ -484,8 +484,9 @@ def _raise_as_single_node_would(twin: DataFrame, name: str, bound: dict[str, Any
     The row written is one row of nulls of the query's columns, not the query's: Parquet's
     writer properties are checked when a file is opened, which an empty result never does."""
     call = {k: v for k, v in bound.items() if k not in ("self", "path")}
-    # Distinct names: a result may repeat one (``SELECT *`` of a join), which a table cannot.
-    fields = [f.with_nullable(True).with_name(f"c{i}") for i, f in enumerate(twin.schema())]
+    fields = [f.with_nullable(True) for f in twin.schema()]
+    if _repeats_names(twin):  # a table cannot repeat a name (``SELECT *`` of a join)
+        fields = [f.with_name(f"{f.name}#{i}") for i, f in enumerate(fields)]
     schema = pa.schema(fields)
     nulls = pa.table([pa.nulls(1, field.type) for field in schema], schema=schema)
     with tempfile.TemporaryDirectory(prefix="dfdpy-options-") as scratch:
