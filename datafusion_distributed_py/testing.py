@@ -163,10 +163,11 @@ def assert_ran_on_coordinator(df: DataFrame, because: str) -> None:
         >>> from datafusion import SessionContext
         >>> from datafusion_distributed_py import DistributedContext
         >>> ctx = SessionContext()
-        >>> _ = ctx.from_pydict({"id": [1]}, name="a")
         >>> dctx = DistributedContext(ctx, progress=False)
-        >>> df = dctx.sql("SELECT * FROM a x JOIN a y ON x.id = y.id")
-        >>> assert_ran_on_coordinator(df, because="more than one column named 'id'")
+        >>> df = dctx.sql(
+        ...     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+        ...     "SELECT * FROM r")
+        >>> assert_ran_on_coordinator(df, because="cannot be sent to workers")
     """
     # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
     __tracebackhide__ = True
