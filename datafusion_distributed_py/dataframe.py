@@ -195,7 +195,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             if origin.names is not None and method.__name__ == "describe":
                 # Single-node refuses to describe a result with repeated names: its error.
-                out = _ON_TWIN_RESULT(origin.twin, method, *args)
+                out = _single_node_refusal(origin.twin, method, *args)
             elif (
                 direct is not None
                 and isinstance(source, _internal.DistributedPlan)
@@ -299,7 +299,7 @@ def _cache(df: DataFrame) -> DataFrame:
     queries on it carry a reference to it, not its rows."""
     twin, owner, sql = _lineage_of(df)
     if _repeats_names(twin):  # single-node cannot keep it either: its error, as it gives it
-        return _ON_TWIN_RESULT(twin, DataFrame.cache)  # type: ignore[no-any-return]
+        return _single_node_refusal(twin, DataFrame.cache)  # type: ignore[no-any-return]
     return owner._cache(twin, sql)
 
 
@@ -309,7 +309,7 @@ def _repeats_names(df: DataFrame) -> bool:
     return len(set(names)) < len(names)
 
 
-def _ON_TWIN_RESULT(twin: DataFrame, method: Callable[..., Any], *args: Any) -> Any:  # noqa: N802
+def _single_node_refusal(twin: DataFrame, method: Callable[..., Any], *args: Any) -> Any:
     """``method`` of single-node on ``twin``, for what single-node refuses for a result with
     repeated names (keeping it, describing it): the same error, translated."""
     with _AsSingleNode():

@@ -88,3 +88,21 @@ def test_a_parquet_dataset_on_s3_is_read_by_the_workers(
     assert _rows(whole) == _rows(dataset.to_table())
     assert_distributed_equal(ctx, dctx, SQL)
     assert "predicate=" in dctx.explain(SQL)
+
+
+def test_the_dataframe_api_reads_a_dataset_on_the_workers(
+    data: Path, workers: LocalCluster | None
+) -> None:
+    from datafusion import col
+    from datafusion import functions as f
+
+    ctx = SessionContext()
+    ctx.register_dataset(
+        "t", pads.dataset(str(data / "hive"), format="parquet", partitioning="hive")
+    )
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
+
+    def build(c):
+        return c.table("t").filter(col("v") > 100).aggregate([col("g")], [f.sum(col("v"))])
+
+    assert_distributed_equal(ctx, dctx, build)

@@ -144,3 +144,23 @@ def test_the_worker_cli_names_a_package_it_cannot_import() -> None:
     )  # fmt: skip
     assert done.returncode != 0
     assert "no_such_function_package" in done.stderr
+
+
+@pytest.mark.parametrize("where", ["embedded", "named"])
+def test_the_dataframe_api_runs_extension_functions_on_the_workers(
+    tpch_dir: Path, request: pytest.FixtureRequest, where: str
+) -> None:
+    import datafusion_extra_functions as extra
+    from datafusion import col, udaf
+
+    ctx = _with_functions(tpch_dir)
+    workers = request.getfixturevalue("named") if where == "named" else None
+    dctx = DistributedContext(ctx, workers=workers, config=DistributedConfig(fallback="error"))
+    mode = udaf(extra.udaf_by_name("mode"))
+
+    def build(table):
+        return table("lineitem").aggregate([col("l_returnflag")], [mode(col("l_linenumber"))])
+
+    assert_distributed_equal(ctx, dctx, lambda c: build(c.table))
+    df = build(dctx.table)
+    assert ran_on(df) == "workers"
