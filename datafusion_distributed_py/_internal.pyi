@@ -26,7 +26,7 @@ __all__ = [
     "DistributedPlan",
     "WorkerServer",
     "SnapshotTable",
-    "SnapshotScanCodec",
+    "WireCodec",
     "ReaderTable",
     "KeptTable",
     "kept_tables",
@@ -246,10 +246,12 @@ class SnapshotTable:
     def __datafusion_table_provider__(self, session: object) -> object: ...
 
 @final
-class SnapshotScanCodec:
-    """The physical codec that writes lakehouse tables' scans as Parquet scans."""
+class WireCodec:
+    """The physical codec datafusion-python's serialiser asks for the nodes it cannot write:
+    lakehouse tables' scans (as Parquet scans), kept tables' scans, recursive queries."""
 
-    def __new__(cls, session: object) -> SnapshotScanCodec: ...
+    def __new__(cls, session: object) -> WireCodec: ...
+    def announce_recursive_queries(self, queries: list[tuple[str, bool]]) -> None: ...
     def __datafusion_physical_extension_codec__(self, session: object | None = None) -> object: ...
 
 @final

@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -103,7 +104,7 @@ class MetricsRecord(TypedDict):
 
 _log = logging.getLogger("datafusion_distributed_py")
 #: The id under which lakehouse tables' scans are encoded (see ``DistributedContext._wire``).
-SNAPSHOT_SCAN_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
+WIRE_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
 #: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
 #: notebook, ``notebook.py``).
 METRICS_MARK = b"datafusion_distributed_py"
@@ -180,9 +181,10 @@ class DistributedContext:
         self._ctx = ctx
         # Plans are serialised through a twin of `ctx` (same session) that also carries the
         # codec of lakehouse tables' scans, so those travel as Parquet scans; `ctx` is unchanged.
-        self._wire = ctx.with_physical_extension_codec(
-            _internal.SnapshotScanCodec(ctx), codec_id=SNAPSHOT_SCAN_CODEC_ID
-        )
+        self._wire_codec = _internal.WireCodec(ctx)
+        self._wire = ctx.with_physical_extension_codec(self._wire_codec, codec_id=WIRE_CODEC_ID)
+        #: One serialisation at a time reads the codec's announced recursive queries.
+        self._wire_lock = threading.Lock()
         self._config = config or DistributedConfig()
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
@@ -622,10 +624,14 @@ class DistributedContext:
         except Exception as e:  # the query's own error: single-node gives it when it runs
             cause = str(e).splitlines()[0]
             raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
-        # Plans reading lakehouse or kept tables go through the twin carrying their codec.
-        wire = self._wire if _reads_our_leaves(physical) else self._ctx
+        # Plans reading lakehouse or kept tables, or holding recursive queries, go through the
+        # twin carrying their codec.
+        recursive = _recursive_queries(physical)
+        wire = self._wire if recursive or _reads_our_leaves(physical) else self._ctx
         try:
-            plan_bytes = physical.to_bytes(wire)
+            with self._wire_lock:
+                self._wire_codec.announce_recursive_queries(recursive)
+                plan_bytes = physical.to_bytes(wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
         table_scans = _text_file_scans(physical, fresh)
@@ -948,6 +954,25 @@ def _reads_our_leaves(physical: ExecutionPlan) -> bool:
 
 
 _OUR_LEAVES = ("FFI_ExecutionPlan: SnapshotScanExec", "FFI_ExecutionPlan: KeptScanExec")
+
+
+def _recursive_queries(physical: ExecutionPlan) -> list[tuple[str, bool]]:
+    """(name, is_distinct) of each ``RecursiveQueryExec`` in ``physical``, depth first with
+    children in order (the order the plan's serialiser meets them), read from the node's
+    display: over FFI the node shows neither."""
+    found = []
+    pending = [physical]
+    while pending:
+        node = pending.pop()
+        text = node.display()
+        if text.startswith(_RECURSIVE):
+            name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
+            found.append((name, distinct.strip() == "true"))
+        pending.extend(reversed(node.children()))
+    return found
+
+
+_RECURSIVE = "RecursiveQueryExec: name="
 
 
 def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:

@@ -173,7 +173,7 @@ pub fn decode(
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     decode_marker(buf, TAG, inputs, "MetadataRepair")
-        .map(|input| input.and_then(restore_field_metadata))
+        .map(|input| input.and_then(super::repair_decoded))
 }
 
 impl DisplayAs for MetadataRepair {

@@ -33,15 +33,31 @@ macro_rules! forward_node_codec {
 
 mod field_metadata;
 mod fragment;
+mod lost_modifiers;
 mod our_nodes;
+mod recursive_queries;
 mod scan_compression;
 mod session;
 mod task_merge;
 mod window_functions;
 mod write_commit;
 
-pub use field_metadata::{mark as mark_for_metadata_repair, restore_field_metadata};
+pub use field_metadata::mark as mark_for_repair;
+pub use lost_modifiers::{names_ignore_nulls, window_direction};
+
+/// A decoded plan with what DataFusion 55's encoding drops but the plan still tells given
+/// back: function results' field metadata, window and grouping-set modifiers. Runs wherever
+/// a plan is decoded (the coordinator's planner; on workers, through the marker at each
+/// fragment's root, `mark_for_repair`).
+pub fn repair_decoded(
+    plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> datafusion::common::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    field_metadata::restore_field_metadata(lost_modifiers::restore_lost_modifiers(plan)?)
+}
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
+pub use recursive_queries::{
+    decode as decode_recursive_query, write_query as write_recursive_query, write_work_table,
+};
 pub use scan_compression::wrap as wrap_compressed_scans;
 pub use session::{SessionCodec, SessionFunctions};
 pub use task_merge::MergeTaskPartitions;

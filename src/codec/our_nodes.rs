@@ -6,19 +6,20 @@ use std::sync::Arc;
 use datafusion::common::Result;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{field_metadata, scan_compression, task_merge, write_commit};
+use super::{field_metadata, recursive_queries, scan_compression, task_merge, write_commit};
 use crate::kept;
 
 type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
 type Decode = fn(&[u8], &[Arc<dyn ExecutionPlan>]) -> Option<Result<Arc<dyn ExecutionPlan>>>;
 
-const NODES: [(Encode, Decode); 6] = [
+const NODES: [(Encode, Decode); 7] = [
     (scan_compression::encode, scan_compression::decode),
     (field_metadata::encode, field_metadata::decode),
     (task_merge::encode, task_merge::decode),
     (write_commit::encode, write_commit::decode),
     (kept::encode_keep, kept::decode_keep),
     (kept::encode_scan, |buf, _inputs| kept::decode_scan(buf)),
+    (recursive_queries::encode, recursive_queries::decode),
 ];
 
 /// Writes `node` if it is one of ours.

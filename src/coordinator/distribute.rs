@@ -5,6 +5,7 @@
 //! a logical plan; `Precomputed` hands it our already-made physical plan instead.
 use std::sync::{Arc, Mutex};
 
+use crate::plan_rewrites::reveal_recursive_queries;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNode;
@@ -33,9 +34,12 @@ pub async fn distribute_plan(
     no_partial_reduce_of_grouping_sets(&plan, &mut state)?;
     let (distributed, task_ctx) = run_planner(Arc::clone(&plan), &state).await?;
     if distributed.is::<DistributedExec>() {
-        return Ok((distributed, task_ctx));
+        return Ok((reveal_recursive_queries(distributed)?, task_ctx));
     }
-    Ok((single_remote_stage(plan)?, task_ctx))
+    Ok((
+        single_remote_stage(reveal_recursive_queries(plan)?)?,
+        task_ctx,
+    ))
 }
 
 /// Turns `partial_reduce` off for a plan that aggregates GROUPING SETS (ROLLUP, CUBE).

@@ -28,7 +28,7 @@ use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
 use crate::checks;
-use crate::codec::{fragment_codec, restore_field_metadata, window_function_headers, SessionCodec};
+use crate::codec::{fragment_codec, repair_decoded, window_function_headers, SessionCodec};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable, FailureKind,
@@ -345,7 +345,7 @@ impl ClusterPlanner {
         }
         check_functions(&req.codec.by_name(), &urls, &functions)?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
-        plan = restore_field_metadata(plan)?;
+        plan = repair_decoded(plan)?;
         checks::check_nothing_lost(&plan)?;
         if !self.is_embedded() {
             checks::check_flight_types(&plan)?;

@@ -21,7 +21,7 @@ use url::Url;
 
 use super::task_log::{TaskLog, TaskRecord};
 use crate::codec::{
-    copy_fragment, encode_fragment, mark_for_metadata_repair, wrap_compressed_scans, FragmentCodec,
+    copy_fragment, encode_fragment, mark_for_repair, wrap_compressed_scans, FragmentCodec,
 };
 use crate::errors;
 use crate::protocol::display_url;
@@ -91,7 +91,7 @@ impl TrackingChannel {
         plan: Arc<dyn ExecutionPlan>,
         task_ctx: &TaskContext,
     ) -> Result<MaybeEncoded<Arc<dyn ExecutionPlan>>> {
-        let plan = mark_for_metadata_repair(wrap_compressed_scans(plan)?);
+        let plan = mark_for_repair(wrap_compressed_scans(plan)?);
         let max_message_bytes = match self.transport {
             Transport::Embedded => {
                 let (copy, bytes) = copy_fragment(&plan, task_ctx, &self.codec)?;

@@ -13,11 +13,13 @@ mod cooperative;
 mod generate_series;
 mod one_partition_scans;
 mod parallel_writes;
+mod recursive_queries;
 mod scan_filters;
 mod unique_names;
 mod window_sorts;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
+pub use recursive_queries::reveal as reveal_recursive_queries;
 
 /// `plan` as the distributed planner should see it.
 pub fn prepare(
@@ -25,6 +27,7 @@ pub fn prepare(
     config: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = unique_names::rename_repeated(plan)?;
+    let plan = recursive_queries::hide_recursive_queries(plan)?;
     let plan = generate_series::repair_series_scans(plan)?;
     let plan = window_sorts::sort_all_partition_columns(plan)?;
     let plan = scan_filters::filter_scans_across_stages(plan, config)?;

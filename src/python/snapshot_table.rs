@@ -1,4 +1,4 @@
-//! `SnapshotTable` and `SnapshotScanCodec` as Python sees them: a table provider over a table
+//! `SnapshotTable` and `WireCodec` as Python sees them: a table provider over a table
 //! format's snapshot (`datafusion_distributed_py.lakehouse`), and the codec that lets its scan
 //! travel to workers; and `ReaderTable`, a table read by its format's own Python reader.
 use std::collections::BTreeMap;
@@ -124,16 +124,26 @@ impl SnapshotTable {
 
 /// The codec of snapshot scans, for `ctx.with_physical_extension_codec`.
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
-pub struct SnapshotScanCodec {
+pub struct WireCodec {
     /// The session whose task context decoding uses.
     session: Py<PyAny>,
+    codec: Arc<tables::WireCodec>,
 }
 
 #[pymethods]
-impl SnapshotScanCodec {
+impl WireCodec {
     #[new]
     fn new(session: Py<PyAny>) -> Self {
-        Self { session }
+        Self {
+            session,
+            codec: Arc::default(),
+        }
+    }
+
+    /// (name, is_distinct) of the recursive queries of the next plan serialised through this
+    /// codec, in the order the serialiser meets them (depth first).
+    fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
+        self.codec.announce_recursive_queries(queries);
     }
 
     /// The FFI codec protocol of datafusion-python.
@@ -151,7 +161,7 @@ impl SnapshotScanCodec {
             "datafusion_task_context_provider",
         )?;
         let codec = FFI_PhysicalExtensionCodec::new(
-            Arc::new(tables::SnapshotScanCodec),
+            Arc::clone(&self.codec) as _,
             Some(runtime::handle()),
             task_ctx_provider,
         );

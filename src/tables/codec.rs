@@ -1,12 +1,18 @@
-//! `SnapshotScanCodec`: writes a [`SnapshotScanExec`] as the native scan inside it, and a kept
-//! table's scan (`kept::KeptScanExec`) as the reference it is.
+//! `WireCodec`: the codec datafusion-python's serialiser asks for the nodes it cannot write.
+//! It writes a [`SnapshotScanExec`] as the native scan inside it, a kept table's scan
+//! (`kept::KeptScanExec`) as the reference it is, and a recursive query and its work table
+//! (`codec::recursive_queries`).
 //!
 //! Installed on the session the coordinator serialises plans with
 //! (`ctx.with_physical_extension_codec`), it is handed our own leaf back over FFI (the
 //! library marker gives back the original node), encodes the plan inside it with
 //! datafusion-proto, and on decoding returns that plan: after the coordinator decodes, the
 //! table is an ordinary Parquet scan, which the distributed planner splits into tasks.
-use std::sync::Arc;
+//! datafusion-python's own nodes arrive foreign, showing their name and schema only: a
+//! recursive query's name and `is_distinct` are announced before serialising, in the order
+//! the serialiser meets them (`announce_recursive_queries`).
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use datafusion::common::{exec_datafusion_err, exec_err, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -21,14 +27,26 @@ use datafusion_proto::physical_plan::{
 };
 
 use super::scan::SnapshotScanExec;
+use crate::codec::{decode_recursive_query, write_recursive_query, write_work_table};
 use crate::object_stores::{register_all, StoreSpec};
 
 #[derive(Debug, Default)]
-pub struct SnapshotScanCodec;
+pub struct WireCodec {
+    /// (name, is_distinct) of the recursive queries of the plan being serialised, in the
+    /// order the serialiser meets them (depth first, children in order).
+    announced: Mutex<VecDeque<(String, bool)>>,
+}
+
+impl WireCodec {
+    /// The recursive queries of the next plan serialised (see the module).
+    pub fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
+        *self.announced.lock().expect("poisoned") = queries.into();
+    }
+}
 
 /// The stores and the plan bytes of an encoded scan.
 fn split(buf: &[u8]) -> Result<(Vec<StoreSpec>, &[u8])> {
-    let bad = || exec_datafusion_err!("not a snapshot scan encoded by SnapshotScanCodec");
+    let bad = || exec_datafusion_err!("not a snapshot scan encoded by WireCodec");
     let (len, rest) = buf.split_first_chunk::<8>().ok_or_else(bad)?;
     let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|_| bad())?;
     if rest.len() < len {
@@ -39,16 +57,19 @@ fn split(buf: &[u8]) -> Result<(Vec<StoreSpec>, &[u8])> {
     Ok((stores, plan))
 }
 
-impl PhysicalExtensionCodec for SnapshotScanCodec {
+impl PhysicalExtensionCodec for WireCodec {
     fn try_decode(
         &self,
         buf: &[u8],
-        _inputs: &[Arc<dyn ExecutionPlan>],
+        inputs: &[Arc<dyn ExecutionPlan>],
         ctx: &TaskContext,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if let Some(kept) = crate::kept::decode_scan(buf) {
             return kept;
+        }
+        if let Some(recursive) = decode_recursive_query(buf, inputs) {
+            return recursive;
         }
         let (stores, plan) = split(buf)?;
         // Decoding a file scan looks its store up: the table's own, which the session given
@@ -77,8 +98,21 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
         if let Some(kept) = crate::kept::encode_scan(&node, buf) {
             return kept;
         }
+        match node.name() {
+            "RecursiveQueryExec" => {
+                let announced = self.announced.lock().expect("poisoned").pop_front();
+                let Some((name, distinct)) = announced else {
+                    return exec_err!("a recursive query that was not announced");
+                };
+                return write_recursive_query(&name, distinct, &node.schema(), buf);
+            }
+            "WorkTableExec" => return write_work_table(&node.schema(), buf),
+            _ => {}
+        }
         let Some(scan) = node.downcast_ref::<SnapshotScanExec>() else {
-            return exec_err!("SnapshotScanCodec encodes snapshot and kept scans only");
+            return exec_err!(
+                "WireCodec encodes snapshot and kept scans and recursive queries only"
+            );
         };
         let bytes = physical_plan_to_bytes_with_extension_codec(
             Arc::clone(scan.inner()),
@@ -95,35 +129,26 @@ impl PhysicalExtensionCodec for SnapshotScanCodec {
 
     // Functions are the session's own codec's business: an Ok here would claim them.
     fn try_decode_udf(&self, name: &str, _buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+        exec_err!("WireCodec does not decode functions ({name})")
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        exec_err!(
-            "SnapshotScanCodec does not encode functions ({})",
-            node.name()
-        )
+        exec_err!("WireCodec does not encode functions ({})", node.name())
     }
 
     fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+        exec_err!("WireCodec does not decode functions ({name})")
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        exec_err!(
-            "SnapshotScanCodec does not encode functions ({})",
-            node.name()
-        )
+        exec_err!("WireCodec does not encode functions ({})", node.name())
     }
 
     fn try_decode_udwf(&self, name: &str, _buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        exec_err!("SnapshotScanCodec does not decode functions ({name})")
+        exec_err!("WireCodec does not decode functions ({name})")
     }
 
     fn try_encode_udwf(&self, node: &WindowUDF, _buf: &mut Vec<u8>) -> Result<()> {
-        exec_err!(
-            "SnapshotScanCodec does not encode functions ({})",
-            node.name()
-        )
+        exec_err!("WireCodec does not encode functions ({})", node.name())
     }
 }

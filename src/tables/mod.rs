@@ -3,7 +3,7 @@
 //!
 //! Registered on datafusion-python's session as an FFI table provider, so single-node reads it
 //! as any table. Its scan is a native Parquet scan hidden in one leaf ([`SnapshotScanExec`]);
-//! [`SnapshotScanCodec`], installed on the session the coordinator serialises with, writes that
+//! [`WireCodec`], installed on the session the coordinator serialises with, writes that
 //! leaf as the Parquet scan inside it, so the distributed planner splits it into tasks like any
 //! other file scan.
 mod codec;
@@ -12,7 +12,7 @@ mod reader_scan;
 mod scan;
 mod snapshot;
 
-pub use codec::SnapshotScanCodec;
+pub use codec::WireCodec;
 pub use provider::{SnapshotSource, SnapshotTable};
 pub use reader_scan::{BatchSource, ReaderTable};
 pub use snapshot::{ColumnStats, SnapshotFile};

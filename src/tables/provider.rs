@@ -252,7 +252,7 @@ impl TableProvider for SnapshotTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tables::SnapshotScanCodec;
+    use crate::tables::WireCodec;
     use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field};
     use datafusion::parquet::arrow::ArrowWriter;
@@ -362,14 +362,14 @@ mod tests {
             leaf = Arc::clone(child);
         }
         let mut bytes = vec![];
-        SnapshotScanCodec
+        WireCodec::default()
             .try_encode(
                 Arc::clone(&leaf),
                 &mut bytes,
                 &DefaultPhysicalProtoConverter {},
             )
             .unwrap();
-        let decoded = SnapshotScanCodec
+        let decoded = WireCodec::default()
             .try_decode(
                 &bytes,
                 &[],

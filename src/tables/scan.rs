@@ -1,6 +1,6 @@
 //! `SnapshotScanExec`: a snapshot's native scan as one leaf, so that it crosses FFI whole.
 //!
-//! datafusion-python sees a foreign leaf it cannot look into; [`super::SnapshotScanCodec`]
+//! datafusion-python sees a foreign leaf it cannot look into; [`super::WireCodec`]
 //! writes the plan inside it, which is all native nodes. Run single-node through FFI, the scan
 //! gets a runtime without the session's object stores: it registers the table's own.
 use std::fmt;
