@@ -233,6 +233,7 @@ class SnapshotTable:
         files: Sequence[_SnapshotFile],
         source: Callable[[], Sequence[_SnapshotFile]] | None,
         stores: Sequence[_StoreSpec],
+        format: str = "parquet",
     ) -> SnapshotTable:
         """``schema``: the table's Arrow schema as IPC bytes; ``partitions_in_files``: the
         files hold the partition columns (Iceberg) rather than the scan adding them (Delta);

@@ -890,10 +890,11 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
             )
         elif "dataset" in kinds:
             hint = (
-                "pyarrow datasets (register_dataset) other than Parquet files on a local or S3 "
-                "filesystem are scanned by Python in this process and cannot be sent to "
-                "workers; register the files with register_parquet/register_csv instead, or "
-                "run the query single-node with ctx.sql(...)."
+                "pyarrow datasets (register_dataset) other than Parquet, JSON or Arrow IPC "
+                "files on a local or S3 filesystem (CSV datasets among them: pyarrow parses "
+                "CSV otherwise than DataFusion) are scanned by Python in this process and "
+                "cannot be sent to workers; register the files with register_parquet/"
+                "register_csv instead, or run the query single-node with ctx.sql(...)."
             )
         elif "delta" in kinds:
             hint = (

@@ -1,16 +1,18 @@
 """pyarrow datasets registered with ``ctx.register_dataset``, read by the workers.
 
 datafusion-python scans a pyarrow dataset through pyarrow, in the process that holds it: a
-plan reading one cannot travel. A dataset made of Parquet files is a list of files with a
-schema and, when partitioned, each file's partition values: the same thing a Delta or Iceberg
-snapshot is (see ``lakehouse``). So, once this package is imported, ``register_dataset`` of
-such a dataset registers a table over exactly the dataset's files, with its schema and
-partition columns, read by DataFusion's own Parquet scan: single-node ``ctx.sql`` reads it
-like any table (filters pushed into the scan as for any Parquet table), and distributed
-queries send that scan to the workers, split into tasks. Files on the local filesystem or on
-S3 (``pyarrow.fs.S3FileSystem``, its endpoint and credentials passed on to the workers as an
-object store) qualify; any other dataset is registered as datafusion-python registers it (its
-queries then run single-node, saying why).
+plan reading one cannot travel. A dataset made of files is a list of files with a schema and,
+when partitioned, each file's partition values: the same thing a Delta or Iceberg snapshot is
+(see ``lakehouse``). So, once this package is imported, ``register_dataset`` of such a dataset
+registers a table over exactly the dataset's files, with its schema and partition columns,
+read by DataFusion's own scan of the format: single-node ``ctx.sql`` reads it like any table
+(filters pushed into Parquet scans as for any Parquet table), and distributed queries send
+that scan to the workers, split into tasks. Parquet, newline-delimited JSON and Arrow IPC
+(Feather) files on the local filesystem or on S3 (``pyarrow.fs.S3FileSystem``, its endpoint
+and credentials passed on to the workers as an object store) qualify. CSV datasets do not:
+pyarrow's CSV reading (which strings are nulls, which texts are booleans or timestamps)
+differs from DataFusion's, so their rows could change. Any other dataset is registered as
+datafusion-python registers it (its queries then run single-node, saying why).
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ def as_table(
     name: str, dataset: Any
 ) -> tuple[_internal.SnapshotTable, list[object_stores.StoreSpec]] | None:
     """A table over ``dataset``'s files, and the stores they are read from; None for a
-    dataset that is not Parquet files on the local filesystem or S3."""
+    dataset that is not Parquet, JSON or Arrow IPC files on the local filesystem or S3."""
     if not isinstance(dataset, pads.FileSystemDataset):
         return None
-    if not isinstance(dataset.format, pads.ParquetFileFormat):
+    format = _format(dataset.format)
+    if format is None:
         return None
     fs = dataset.filesystem
     stores: list[object_stores.StoreSpec] = []
@@ -88,9 +91,21 @@ def as_table(
         stores = _s3_stores(fs, files[0][0])
     schema = dataset.schema.remove_metadata()
     provider = _internal.SnapshotTable(
-        name, schema.serialize().to_pybytes(), partition_columns, False, files, None, stores
-    )
+        name, schema.serialize().to_pybytes(), partition_columns, False, files, None, stores,
+        format,
+    )  # fmt: skip
     return provider, stores
+
+
+def _format(file_format: pads.FileFormat) -> str | None:
+    """The format DataFusion reads as pyarrow reads ``file_format``, if there is one."""
+    if isinstance(file_format, pads.ParquetFileFormat):
+        return "parquet"
+    if isinstance(file_format, pads.IpcFileFormat):
+        return "arrow"
+    if isinstance(file_format, pads.JsonFileFormat):
+        return "json"
+    return None
 
 
 def _partition_columns(dataset: pads.FileSystemDataset, fragments: list[Any]) -> list[str] | None:

@@ -164,10 +164,9 @@ def assert_ran_on_coordinator(df: DataFrame, because: str) -> None:
         >>> from datafusion_distributed_py import DistributedContext
         >>> ctx = SessionContext()
         >>> dctx = DistributedContext(ctx, progress=False)
-        >>> df = dctx.sql(
-        ...     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
-        ...     "SELECT * FROM r")
-        >>> assert_ran_on_coordinator(df, because="cannot be sent to workers")
+        >>> _ = ctx.from_pydict({"k": [1, 2, 3]}, name="t")
+        >>> df = dctx.sql("SELECT sum(k) FILTER (WHERE k > 1) OVER () AS s FROM t")
+        >>> assert_ran_on_coordinator(df, because="FILTER")
     """
     # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
     __tracebackhide__ = True

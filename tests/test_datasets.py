@@ -1,12 +1,14 @@
-"""pyarrow datasets of Parquet files (``ctx.register_dataset``), local or on a real
-S3-compatible server (moto), are read by the workers: same rows as pyarrow's own reading and
-as single-node, filters pushed into the scan."""
+"""pyarrow datasets of Parquet, Arrow IPC and JSON files (``ctx.register_dataset``), local or
+on a real S3-compatible server (moto), are read by the workers: same rows as pyarrow's own
+reading and as single-node, filters pushed into Parquet scans, partitions pruned."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -14,7 +16,13 @@ import pytest
 from datafusion import SessionContext
 from test_object_store import BUCKET, SECRET, moto_bucket
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
+from datafusion_distributed_py import (
+    DistributedConfig,
+    DistributedContext,
+    LocalCluster,
+    UnsupportedTableError,
+    ran_on,
+)
 from datafusion_distributed_py.testing import assert_distributed_equal
 
 SQL = "SELECT g, count(*) AS n, sum(v) AS s FROM t WHERE v > 100 GROUP BY g ORDER BY g"
@@ -23,7 +31,8 @@ SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=2048, fallback="e
 
 
 def _rows(table: pa.Table) -> list[tuple[object, ...]]:
-    return sorted(tuple(r.values()) for r in table.to_pylist())
+    rows = (tuple(r.values()) for r in table.to_pylist())
+    return sorted(rows, key=lambda r: [(v is None, str(v)) for v in r])
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +115,57 @@ def test_the_dataframe_api_reads_a_dataset_on_the_workers(
         return c.table("t").filter(col("v") > 100).aggregate([col("g")], [f.sum(col("v"))])
 
     assert_distributed_equal(ctx, dctx, build)
+
+
+@pytest.fixture(scope="module")
+def other_formats(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same rows as Arrow IPC files and as newline-delimited JSON, hive-partitioned by
+    ``y``, with nulls, and as CSV."""
+    root = tmp_path_factory.mktemp("formats")
+    n = 2000
+    table = pa.table({
+        "g": [f"g{i % 5}" if i % 11 else None for i in range(n)], "v": list(range(n)),
+        "x": [i / 4 if i % 7 else None for i in range(n)], "y": [2020 + i % 3 for i in range(n)],
+    })  # fmt: skip
+    pads.write_dataset(
+        table, root / "ipc", format="ipc", partitioning=["y"], partitioning_flavor="hive",
+        max_rows_per_file=300, max_rows_per_group=300,
+    )  # fmt: skip
+    for y in (2020, 2021, 2022):
+        part = table.filter(pa.compute.equal(table["y"], y)).drop(["y"]).to_pylist()
+        (root / "json" / f"y={y}").mkdir(parents=True)
+        for k in range(0, len(part), 250):
+            lines = (json.dumps(r) for r in part[k : k + 250])
+            (root / "json" / f"y={y}" / f"{k}.json").write_text("\n".join(lines) + "\n")
+    pads.write_dataset(table, root / "csv", format="csv")
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["ipc", "json"])
+def test_arrow_ipc_and_json_datasets_are_read_by_the_workers(
+    other_formats: Path, workers: LocalCluster | None, fmt: str
+) -> None:
+    dataset = pads.dataset(str(other_formats / fmt), format=fmt, partitioning="hive")
+    assert len(dataset.files) > 3
+    ctx = SessionContext()
+    ctx.register_dataset("t", dataset)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
+    whole = assert_distributed_equal(ctx, dctx, "SELECT * FROM t")
+    assert _rows(whole) == _rows(dataset.to_table())
+    assert whole.schema == dataset.schema
+    assert_distributed_equal(ctx, dctx, SQL)
+    sql = "SELECT y, count(x) AS n, sum(x) AS s FROM t WHERE y = 2021 GROUP BY y"
+    assert_distributed_equal(ctx, dctx, sql, stages=False)
+    assert "y=2020" not in dctx.explain(sql)  # partitions pruned
+
+
+def test_a_csv_dataset_says_why_it_runs_single_node(other_formats: Path) -> None:
+    ctx = SessionContext()
+    ctx.register_dataset("t", pads.dataset(str(other_formats / "csv"), format="csv"))
+    strict = DistributedContext(ctx, config=SPLIT)
+    with pytest.raises(UnsupportedTableError, match="CSV"):
+        strict.sql(SQL)
+    fallback = DistributedContext(ctx)
+    df = fallback.sql(SQL)
+    assert ran_on(df) == "coordinator"
+    assert df.to_arrow_table().equals(ctx.sql(SQL).to_arrow_table())

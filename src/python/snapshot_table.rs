@@ -75,9 +75,11 @@ impl SnapshotTable {
     /// size, rows or None, partition values as strings, [(column, min, max, null count)])`,
     /// bounds as strings, as the log records them; `source`: a callable listing the current
     /// files at each scan (a table that follows its log), or None; `stores`: `(url, kind,
-    /// options)` of the stores the files live on.
+    /// options)` of the stores the files live on; `format`: the files' format, `"parquet"`,
+    /// `"json"` (newline-delimited) or `"arrow"` (IPC files).
     #[new]
-    #[pyo3(signature = (name, schema, partition_columns, partitions_in_files, files, source, stores))]
+    #[pyo3(signature = (name, schema, partition_columns, partitions_in_files, files, source, stores, format = "parquet"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         name: String,
         schema: &[u8],
@@ -86,7 +88,9 @@ impl SnapshotTable {
         files: Vec<PyFile>,
         source: Option<Py<PyAny>>,
         stores: Vec<(String, String, BTreeMap<String, String>)>,
+        format: &str,
     ) -> PyResult<Self> {
+        let format: tables::FileFormat = format.parse().map_err(to_py_err)?;
         let schema = try_schema_from_ipc_buffer(schema)
             .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
         let source = source.map(|s| Box::new(PythonSource(s)) as Box<dyn SnapshotSource>);
@@ -99,7 +103,8 @@ impl SnapshotTable {
             source,
             stores.into_iter().map(StoreSpec::from).collect(),
         )
-        .map_err(to_py_err)?;
+        .map_err(to_py_err)?
+        .with_format(format);
         Ok(Self {
             table: Arc::new(table),
         })

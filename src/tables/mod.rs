@@ -13,6 +13,6 @@ mod scan;
 mod snapshot;
 
 pub use codec::WireCodec;
-pub use provider::{SnapshotSource, SnapshotTable};
+pub use provider::{FileFormat, SnapshotSource, SnapshotTable};
 pub use reader_scan::{BatchSource, ReaderTable};
 pub use snapshot::{ColumnStats, SnapshotFile};

@@ -7,7 +7,9 @@ use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::physical_plan::{
+    ArrowSource, FileGroup, FileScanConfigBuilder, FileSource, JsonSource, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::datasource::{TableProvider, TableType};
@@ -26,6 +28,30 @@ use crate::object_stores::StoreSpec;
 
 /// Where a table's current snapshot comes from when it follows its log (a table registered
 /// without a pinned version): asked at each scan, so a commit is seen by the next query.
+/// The format of a table's files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    #[default]
+    Parquet,
+    /// Newline-delimited JSON.
+    Json,
+    /// Arrow IPC files (Feather v2).
+    Arrow,
+}
+
+impl std::str::FromStr for FileFormat {
+    type Err = datafusion::common::DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "parquet" => Ok(Self::Parquet),
+            "json" => Ok(Self::Json),
+            "arrow" => Ok(Self::Arrow),
+            other => datafusion::common::plan_err!("no table of {other} files"),
+        }
+    }
+}
+
 pub trait SnapshotSource: Send + Sync + std::fmt::Debug {
     fn files(&self) -> Result<Vec<SnapshotFile>>;
 }
@@ -52,6 +78,7 @@ pub struct SnapshotTable {
     /// Stores the files live on, for reading them where the session has none (single-node,
     /// through FFI, gets a bare runtime).
     stores: Vec<StoreSpec>,
+    format: FileFormat,
 }
 
 impl SnapshotTable {
@@ -89,7 +116,14 @@ impl SnapshotTable {
             snapshot: Mutex::new(Arc::new(snapshot)),
             source,
             stores,
+            format: FileFormat::Parquet,
         })
+    }
+
+    /// This table, its files in `format` (Parquet unless told).
+    pub fn with_format(mut self, format: FileFormat) -> Self {
+        self.format = format;
+        self
     }
 
     pub fn file_count(&self) -> usize {
@@ -189,23 +223,33 @@ impl TableProvider for SnapshotTable {
         let table_schema = TableSchema::builder(Arc::clone(&self.file_schema))
             .with_table_partition_cols(self.added_columns())
             .build();
-        let options = TableParquetOptions {
-            global: state.config_options().execution.parquet.clone(),
-            ..Default::default()
-        };
-        let mut source = ParquetSource::new(table_schema).with_table_parquet_options(options);
-        let scan_schema = Arc::clone(&self.scan_schema);
-        // Row groups are pruned by the filters too (statistics, bloom filters).
-        if let Some(predicate) = conjunction(filters.iter().cloned()) {
-            let df_schema = DFSchema::try_from(Arc::clone(&scan_schema))?;
-            // Built here, not by `state` (a foreign session would build it on the other side of
-            // FFI, where it cannot be serialised).
-            let props = ExecutionProps::new();
-            let planning = Default::default();
-            if let Ok(physical) = create_physical_expr(&predicate, &df_schema, &props, &planning) {
-                source = source.with_predicate(physical);
+        let source: Arc<dyn FileSource> = match self.format {
+            FileFormat::Parquet => {
+                let options = TableParquetOptions {
+                    global: state.config_options().execution.parquet.clone(),
+                    ..Default::default()
+                };
+                let mut source =
+                    ParquetSource::new(table_schema).with_table_parquet_options(options);
+                // Row groups are pruned by the filters too (statistics, bloom filters).
+                if let Some(predicate) = conjunction(filters.iter().cloned()) {
+                    let df_schema = DFSchema::try_from(Arc::clone(&self.scan_schema))?;
+                    // Built here, not by `state` (a foreign session would build it on the
+                    // other side of FFI, where it cannot be serialised).
+                    let props = ExecutionProps::new();
+                    let planning = Default::default();
+                    if let Ok(physical) =
+                        create_physical_expr(&predicate, &df_schema, &props, &planning)
+                    {
+                        source = source.with_predicate(physical);
+                    }
+                }
+                Arc::new(source)
             }
-        }
+            FileFormat::Json => Arc::new(JsonSource::new(table_schema)),
+            FileFormat::Arrow => Arc::new(ArrowSource::new_file_source(table_schema)),
+        };
+        let scan_schema = Arc::clone(&self.scan_schema);
         // The scan reads the projected columns in scan order; a projection puts them in the
         // table's order.
         let wanted: Vec<usize> = match projection {
@@ -222,7 +266,7 @@ impl TableProvider for SnapshotTable {
         // bounds as estimates: they size joins' sides, filters' selectivity and the
         // distributed planner's tasks.
         let statistics = Statistics::try_merge_iter(kept, &scan_schema)?;
-        let config = FileScanConfigBuilder::new(snapshot.store.clone(), Arc::new(source))
+        let config = FileScanConfigBuilder::new(snapshot.store.clone(), source)
             .with_statistics(statistics)
             .with_file_groups(file_groups.into_iter().map(FileGroup::new).collect())
             .with_projection_indices(Some(scan_indices.clone()))?
