@@ -27,6 +27,7 @@ __all__ = [
     "WorkerServer",
     "SnapshotTable",
     "WireCodec",
+    "InMemoryTable",
     "ReaderTable",
     "KeptTable",
     "kept_tables",
@@ -100,6 +101,7 @@ class Coordinator:
         live_interval: float = 0.5,
         table_scans: Sequence[bytes] = ...,
         stall_timeout: float | None = None,
+        window_filters: Sequence[bytes] = ...,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
 
@@ -123,6 +125,7 @@ class Coordinator:
         table_scans: Sequence[bytes] = ...,
         original: object | None = None,
         stall_timeout: float | None = None,
+        window_filters: Sequence[bytes] = ...,
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""
@@ -244,6 +247,14 @@ class SnapshotTable:
     def file_count(self) -> int:
         """How many data files the latest scan saw."""
 
+    def __datafusion_table_provider__(self, session: object) -> object: ...
+
+@final
+class InMemoryTable:
+    """Rows held by DataFusion (a Python table function's in-memory result), as an FFI
+    provider whose scan travels with its rows."""
+
+    def __new__(cls, name: str, data: object) -> InMemoryTable: ...
     def __datafusion_table_provider__(self, session: object) -> object: ...
 
 @final

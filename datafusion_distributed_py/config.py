@@ -51,8 +51,8 @@ class DistributedConfig:
             (dies, freezes, becomes unreachable) before its first batch reached you; never
             for writes, errors of the query itself or refused credentials.
         fallback: what happens to a query that cannot be distributed without changing its
-            answer (a table only this process can read, a window's FILTER, which DataFusion 55
-            cannot serialise...): ``"coordinator"`` runs it single-node here
+            answer (a table only this process can read, a literal type DataFusion 55's plan
+            serialisation changes...): ``"coordinator"`` runs it single-node here
             and logs a warning naming the reason; ``"error"`` raises
             :class:`UnsupportedTableError` instead.
         progress_interval: seconds between asks to workers for the rows their running tasks

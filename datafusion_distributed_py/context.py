@@ -637,6 +637,7 @@ class DistributedContext:
         table_scans = _text_file_scans(physical, fresh)
         request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
         request["table_scans"] = table_scans
+        request["window_filters"] = _filtered_windows(fresh)
         return fresh, request
 
     def _settings(self, feed: Feed) -> dict[str, Any]:
@@ -955,6 +956,29 @@ def _reads_our_leaves(physical: ExecutionPlan) -> bool:
 
 
 _OUR_LEAVES = ("FFI_ExecutionPlan: SnapshotScanExec", "FFI_ExecutionPlan: KeptScanExec")
+
+
+def _filtered_windows(df: DataFrame) -> list[bytes]:
+    """The window expressions of ``df``'s plan that have a ``FILTER (WHERE ...)``, as logical
+    expression bytes (the physical plan's bytes leave the filter out)."""
+    found = []
+    pending = [_optimized(df)]
+    while pending:
+        plan = pending.pop()
+        pending.extend(plan.inputs())
+        try:
+            window = plan.to_variant()
+        except Exception:  # a node datafusion-python gives no variant for
+            continue
+        if type(window).__name__ != "WindowExpr":
+            continue
+        for expr in window.get_window_expr():
+            if _WINDOW_FILTER in expr.schema_name():
+                found.append(expr.to_bytes())
+    return found
+
+
+_WINDOW_FILTER = " FILTER (WHERE "
 
 
 def _recursive_queries(physical: ExecutionPlan) -> list[tuple[str, bool]]:

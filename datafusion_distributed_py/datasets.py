@@ -13,6 +13,11 @@ and credentials passed on to the workers as an object store) qualify. CSV datase
 pyarrow's CSV reading (which strings are nulls, which texts are booleans or timestamps)
 differs from DataFusion's, so their rows could change. Any other dataset is registered as
 datafusion-python registers it (its queries then run single-node, saying why).
+
+The same holds wherever datafusion-python takes a dataset as a table: ``Table(dataset)`` and
+the result of a Python table function (``udtf``). A table function's in-memory result (an
+``InMemoryDataset``) becomes rows DataFusion holds, which travel with the plan like an
+in-memory table's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import datafusion
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
+from datafusion.user_defined import TableFunction
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.lakehouse import registry
@@ -54,6 +60,48 @@ def install() -> None:
         registry.register(self, name, provider, stores)
 
     datafusion.SessionContext.register_dataset = register_dataset  # type: ignore[method-assign]
+
+    plain_table = datafusion.Table.__init__
+
+    @functools.wraps(plain_table)
+    def table_init(self: datafusion.Table, table: Any, ctx: Any = None) -> None:
+        plain_table(self, travelling(table, "table"), ctx)
+
+    datafusion.Table.__init__ = table_init  # type: ignore[method-assign]
+
+    plain_function = TableFunction.__init__
+
+    @functools.wraps(plain_function)
+    def function_init(
+        self: TableFunction, name: str, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        if callable(func) and not hasattr(func, "__datafusion_table_function__"):
+            func = _returning_travelling(func, name)
+        plain_function(self, name, func, *args, **kwargs)
+
+    TableFunction.__init__ = function_init  # type: ignore[method-assign]
+
+
+def _returning_travelling(func: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``func`` (a Python table function) with its result made a table the workers can read."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return travelling(func(*args, **kwargs), f"{name}()")
+
+    return call
+
+
+def travelling(table: Any, name: str) -> Any:
+    """``table`` as a table whose scan can travel to workers when it is a pyarrow dataset of
+    files (see ``as_table``) or in memory; anything else unchanged."""
+    if isinstance(table, pads.InMemoryDataset):
+        return _internal.InMemoryTable(name, table.to_table())
+    converted = as_table(name, table) if isinstance(table, pads.Dataset) else None
+    # Files on S3 need their store registered on the session: left to register_dataset.
+    if converted is None or converted[1]:
+        return table
+    return converted[0]
 
 
 def as_table(

@@ -164,9 +164,9 @@ def assert_ran_on_coordinator(df: DataFrame, because: str) -> None:
         >>> from datafusion_distributed_py import DistributedContext
         >>> ctx = SessionContext()
         >>> dctx = DistributedContext(ctx, progress=False)
-        >>> _ = ctx.from_pydict({"k": [1, 2, 3]}, name="t")
-        >>> df = dctx.sql("SELECT sum(k) FILTER (WHERE k > 1) OVER () AS s FROM t")
-        >>> assert_ran_on_coordinator(df, because="FILTER")
+        >>> df = dctx.sql(  # a Float16 literal is written as a Float32 one
+        ...     "SELECT min(h) FROM (SELECT arrow_cast(1, 'Float16') AS h)")
+        >>> assert_ran_on_coordinator(df, because="single-node but")
     """
     # pytest shows the caller's line, not this frame's arguments (a DataFrame's repr runs it).
     __tracebackhide__ = True

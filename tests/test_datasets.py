@@ -1,6 +1,8 @@
-"""pyarrow datasets of Parquet, Arrow IPC and JSON files (``ctx.register_dataset``), local or
-on a real S3-compatible server (moto), are read by the workers: same rows as pyarrow's own
-reading and as single-node, filters pushed into Parquet scans, partitions pruned."""
+"""pyarrow datasets of Parquet, Arrow IPC and JSON files (``ctx.register_dataset``,
+``Table(dataset)``, a Python table function's result), local or on a real S3-compatible
+server (moto), and a table function's in-memory result are read by the workers: same rows as
+pyarrow's own reading and as single-node, filters pushed into Parquet scans, partitions
+pruned."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from datafusion import SessionContext
+from datafusion import SessionContext, Table, udtf
 from test_object_store import BUCKET, SECRET, moto_bucket
 
 from datafusion_distributed_py import (
@@ -169,3 +171,34 @@ def test_a_csv_dataset_says_why_it_runs_single_node(other_formats: Path) -> None
     df = fallback.sql(SQL)
     assert ran_on(df) == "coordinator"
     assert df.to_arrow_table().equals(ctx.sql(SQL).to_arrow_table())
+
+
+def _in_memory(n: object) -> pads.Dataset:
+    """A Python table function: ``n`` rows of ``g`` and ``v`` as an in-memory dataset."""
+    rows = n.python_value().as_py()  # type: ignore[attr-defined]
+    return pads.dataset(pa.table({"g": [f"g{i % 4}" for i in range(rows)], "v": range(rows)}))
+
+
+def test_a_table_function_s_in_memory_result_is_read_by_the_workers(
+    workers: LocalCluster | None,
+) -> None:
+    ctx = SessionContext()
+    ctx.register_udtf(udtf(_in_memory, "numbers"))
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
+    sql = "SELECT g, count(*) AS n, sum(v) AS s FROM numbers(5000) WHERE v > 10 GROUP BY g"
+    result = assert_distributed_equal(ctx, dctx, sql + " ORDER BY g")
+    assert result.column("n").to_pylist() == [1247, 1247, 1247, 1248]
+    joined = "SELECT count(*) AS c FROM numbers(300) a JOIN numbers(200) b ON a.v = b.v"
+    assert assert_distributed_equal(ctx, dctx, joined).to_pylist() == [{"c": 200}]
+
+
+def test_a_table_function_s_files_and_a_table_of_a_dataset_are_read_by_the_workers(
+    data: Path, workers: LocalCluster | None
+) -> None:
+    ctx = SessionContext()
+
+    ctx.register_udtf(udtf(lambda: pads.dataset(str(data / "flat.parquet")), "flat"))
+    ctx.register_table("hive", Table(pads.dataset(str(data / "hive"), partitioning="hive")))
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
+    assert_distributed_equal(ctx, dctx, "SELECT g, sum(v) AS s FROM flat() GROUP BY g ORDER BY g")
+    assert_distributed_equal(ctx, dctx, "SELECT y, count(*) AS n FROM hive GROUP BY y ORDER BY y")

@@ -1,8 +1,8 @@
 """What DataFusion 55's plan serialisation drops and we carry to the workers anyway: window
-functions the planner reversed, ``IGNORE NULLS`` of window functions, ``GROUPING SETS (())``,
-and recursive queries (``WITH RECURSIVE``). Each query runs under ``fallback="error"`` (a
-query that could not be distributed raises), is asserted to run on the workers, and answers
-as single-node on both cluster kinds."""
+functions the planner reversed, ``IGNORE NULLS`` of window functions, ``FILTER (WHERE ...)``
+of window aggregates, ``GROUPING SETS (())``, and recursive queries (``WITH RECURSIVE``). Each
+query runs under ``fallback="error"`` (a query that could not be distributed raises), is
+asserted to run on the workers, and answers as single-node on both cluster kinds."""
 
 from __future__ import annotations
 
@@ -35,6 +35,17 @@ IGNORE_NULLS = [
     "SELECT o_orderkey, first_value(CASE WHEN o_orderkey % 7 = 0 THEN o_totalprice END) "
     "IGNORE NULLS OVER (PARTITION BY o_orderstatus ORDER BY o_orderkey) AS f "
     "FROM orders ORDER BY o_orderkey LIMIT 500",
+]
+
+#: `FILTER` of window aggregates, partitioned (a shuffle between stages) and not.
+FILTERS = [
+    "SELECT l_orderkey, l_linenumber, sum(l_quantity) FILTER (WHERE l_returnflag = 'R') "
+    "OVER (PARTITION BY l_linestatus ORDER BY l_orderkey, l_linenumber) AS s, "
+    "count(*) FILTER (WHERE l_discount > 0.05) OVER (PARTITION BY l_linestatus) AS c "
+    "FROM lineitem WHERE l_orderkey < 500 ORDER BY l_orderkey, l_linenumber",
+    "SELECT o_orderkey, avg(o_totalprice) FILTER (WHERE o_orderpriority LIKE '1%') OVER "
+    "(ORDER BY o_orderkey ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS a "
+    "FROM orders ORDER BY o_orderkey LIMIT 400",
 ]
 
 GROUPING_SETS = [
@@ -79,6 +90,18 @@ def test_ignore_nulls_of_window_functions_runs_on_the_workers(both, sql: str) ->
     # The modifier matters for these rows: respecting nulls answers otherwise.
     respecting = ctx.sql(sql.replace(" IGNORE NULLS", "")).to_arrow_table()
     assert not result.equals(respecting)
+
+
+@pytest.mark.parametrize("sql", FILTERS)
+def test_filters_of_window_aggregates_run_on_the_workers(both, sql: str) -> None:
+    ctx, dctx = both
+    result = assert_distributed_equal(ctx, dctx, sql)
+    # The filter matters for these rows: without it the answer is another.
+    unfiltered = sql.replace(" FILTER (WHERE l_returnflag = 'R')", "").replace(
+        " FILTER (WHERE o_orderpriority LIKE '1%')", ""
+    )
+    assert not result.equals(ctx.sql(unfiltered).to_arrow_table())
+    assert "WindowFilters" in str(dctx.explain(sql))
 
 
 @pytest.mark.parametrize("sql", GROUPING_SETS)

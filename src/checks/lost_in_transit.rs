@@ -3,7 +3,8 @@
 //! caller's fallback) instead of giving wrong rows.
 //!
 //! datafusion-proto 55 writes no `FILTER (WHERE ...)` of a window aggregate (its name shows
-//! it; the expression is gone), and a literal may change type (a `Float16` is written as a
+//! it; the expression is gone): one that did not come beside the plan
+//! (`codec::restore_window_filters`) is refused; and a literal may change type (a `Float16` is written as a
 //! `Float32`, which an aggregate planned for the other type finds). What the decoded plan still
 //! tells — `IGNORE NULLS` of a window function, one the planner reversed, `GROUPING SETS (())`
 //! — is given back after each decode (`codec::repair_decoded`); only a window function whose
@@ -11,6 +12,7 @@
 //!
 //! Upstream: datafusion-proto 55 `src/physical_plan/to_proto.rs`
 //! (`serialize_physical_window_expr`).
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -21,7 +23,7 @@ use datafusion::physical_expr::window::{
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::codec::{names_ignore_nulls, window_direction, window_exprs};
+use crate::codec::{filtered_windows, names_ignore_nulls, window_direction, window_exprs};
 use crate::errors::not_distributable;
 
 const IGNORE_NULLS: &str = " IGNORE NULLS";
@@ -30,8 +32,9 @@ const FILTER: &str = " FILTER (WHERE ";
 /// Fails (as not distributable, naming what) when `plan` lost a modifier in serialisation.
 pub fn check_nothing_lost(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     let mut lost = None;
+    let filtered = filtered_windows(plan);
     plan.apply(|node| {
-        lost = lost_in_window(node.as_ref()).or_else(|| lost_in_types(node.as_ref()));
+        lost = lost_in_window(node.as_ref(), &filtered).or_else(|| lost_in_types(node.as_ref()));
         Ok(match lost {
             Some(_) => TreeNodeRecursion::Stop,
             None => TreeNodeRecursion::Continue,
@@ -45,7 +48,8 @@ pub fn check_nothing_lost(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     }
 }
 
-fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
+/// `filtered`: the window expressions whose filters the plan carries (`codec::filtered_windows`).
+fn lost_in_window(node: &dyn ExecutionPlan, filtered: &BTreeSet<String>) -> Option<String> {
     let exprs = window_exprs(node)?;
     exprs.iter().find_map(|expr| {
         let name = expr.name();
@@ -67,7 +71,7 @@ fn lost_in_window(node: &dyn ExecutionPlan) -> Option<String> {
             ))
         } else if name.contains(IGNORE_NULLS) && !ignores_nulls {
             Some(format!("the window function `{name}` uses IGNORE NULLS"))
-        } else if name.contains(FILTER) {
+        } else if name.contains(FILTER) && !filtered.contains(name) {
             Some(format!(
                 "the window function `{name}` uses FILTER (WHERE ...)"
             ))

@@ -16,6 +16,7 @@
 //! have ignore_nulls"), datafusion-physical-plan 55.2.0 `AggregateExec`'s `groups` decoding.
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
 use datafusion::logical_expr::ReversedUDWF;
@@ -31,31 +32,9 @@ const IGNORE_NULLS: &str = " IGNORE NULLS";
 /// `plan` with the modifiers of the module's list given back.
 pub fn restore_lost_modifiers(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let restored = plan.transform_up(|node| {
-        let rebuilt = if let Some(a) = node.downcast_ref::<AggregateExec>() {
-            repaired_grouping(a)?
-        } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
-            repaired_windows(w.window_expr(), w.input())?
-                .map(|exprs| {
-                    let can_repartition = !w.partition_keys().is_empty();
-                    BoundedWindowAggExec::try_new(
-                        exprs,
-                        Arc::clone(w.input()),
-                        w.input_order_mode.clone(),
-                        can_repartition,
-                    )
-                })
-                .transpose()?
-                .map(|w| Arc::new(w) as Arc<dyn ExecutionPlan>)
-        } else if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-            repaired_windows(w.window_expr(), w.input())?
-                .map(|exprs| {
-                    let can_repartition = !w.partition_keys().is_empty();
-                    WindowAggExec::try_new(exprs, Arc::clone(w.input()), can_repartition)
-                })
-                .transpose()?
-                .map(|w| Arc::new(w) as Arc<dyn ExecutionPlan>)
-        } else {
-            None
+        let rebuilt = match node.downcast_ref::<AggregateExec>() {
+            Some(a) => repaired_grouping(a)?,
+            None => with_windows_repaired(&node, |expr, schema| repaired_window(expr, schema))?,
         };
         Ok(match rebuilt {
             Some(plan) => Transformed::yes(plan),
@@ -63,6 +42,49 @@ pub fn restore_lost_modifiers(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Ex
         })
     })?;
     Ok(restored.data)
+}
+
+/// A window node (`BoundedWindowAggExec`, `WindowAggExec`) built again with the expressions
+/// `repair` gives (given each expression and the node's input schema; None: unchanged), if
+/// it changed one; None for other nodes.
+pub fn with_windows_repaired(
+    node: &Arc<dyn ExecutionPlan>,
+    repair: impl Fn(&dyn WindowExpr, &Schema) -> Result<Option<Arc<dyn WindowExpr>>>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let repaired = |exprs: &[Arc<dyn WindowExpr>], input: &Arc<dyn ExecutionPlan>| {
+        let schema = input.schema();
+        let mut changed = false;
+        let mut out = Vec::with_capacity(exprs.len());
+        for expr in exprs {
+            let fixed = repair(expr.as_ref(), &schema)?;
+            changed |= fixed.is_some();
+            out.push(fixed.unwrap_or_else(|| Arc::clone(expr)));
+        }
+        Ok::<_, datafusion::common::DataFusionError>(changed.then_some(out))
+    };
+    if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
+        let Some(exprs) = repaired(w.window_expr(), w.input())? else {
+            return Ok(None);
+        };
+        // `can_repartition` as the decoder recovers it: from the partition keys.
+        let can_repartition = !w.partition_keys().is_empty();
+        let rebuilt = BoundedWindowAggExec::try_new(
+            exprs,
+            Arc::clone(w.input()),
+            w.input_order_mode.clone(),
+            can_repartition,
+        )?;
+        return Ok(Some(Arc::new(rebuilt)));
+    }
+    if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        let Some(exprs) = repaired(w.window_expr(), w.input())? else {
+            return Ok(None);
+        };
+        let can_repartition = !w.partition_keys().is_empty();
+        let rebuilt = WindowAggExec::try_new(exprs, Arc::clone(w.input()), can_repartition)?;
+        return Ok(Some(Arc::new(rebuilt)));
+    }
+    Ok(None)
 }
 
 fn repaired_grouping(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
@@ -83,26 +105,7 @@ fn repaired_grouping(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>
     Ok(Some(Arc::new(rebuilt)))
 }
 
-/// The window expressions with their modifiers back, if one needed them.
-fn repaired_windows(
-    exprs: &[Arc<dyn WindowExpr>],
-    input: &Arc<dyn ExecutionPlan>,
-) -> Result<Option<Vec<Arc<dyn WindowExpr>>>> {
-    let schema = input.schema();
-    let mut changed = false;
-    let mut repaired = Vec::with_capacity(exprs.len());
-    for expr in exprs {
-        let fixed = repaired_window(expr.as_ref(), &schema)?;
-        changed |= fixed.is_some();
-        repaired.push(fixed.unwrap_or_else(|| Arc::clone(expr)));
-    }
-    Ok(changed.then_some(repaired))
-}
-
-fn repaired_window(
-    expr: &dyn WindowExpr,
-    schema: &datafusion::arrow::datatypes::Schema,
-) -> Result<Option<Arc<dyn WindowExpr>>> {
+fn repaired_window(expr: &dyn WindowExpr, schema: &Schema) -> Result<Option<Arc<dyn WindowExpr>>> {
     let Some(standard) = expr.as_any().downcast_ref::<StandardWindowExpr>() else {
         return Ok(None);
     };

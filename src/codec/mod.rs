@@ -39,11 +39,13 @@ mod recursive_queries;
 mod scan_compression;
 mod session;
 mod task_merge;
+mod window_filters;
 mod window_functions;
 mod write_commit;
 
 pub use field_metadata::mark as mark_for_repair;
 pub use lost_modifiers::{names_ignore_nulls, window_direction};
+pub use window_filters::{filtered_windows, from_logical as restore_window_filters};
 
 /// A decoded plan with what DataFusion 55's encoding drops but the plan still tells given
 /// back: function results' field metadata, window and grouping-set modifiers. Runs wherever

@@ -4,22 +4,39 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
+use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{field_metadata, recursive_queries, scan_compression, task_merge, write_commit};
+use super::{
+    field_metadata, recursive_queries, scan_compression, task_merge, window_filters, write_commit,
+};
 use crate::kept;
 
 type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
-type Decode = fn(&[u8], &[Arc<dyn ExecutionPlan>]) -> Option<Result<Arc<dyn ExecutionPlan>>>;
+type Decode =
+    fn(&[u8], &[Arc<dyn ExecutionPlan>], &TaskContext) -> Option<Result<Arc<dyn ExecutionPlan>>>;
 
-const NODES: [(Encode, Decode); 7] = [
-    (scan_compression::encode, scan_compression::decode),
-    (field_metadata::encode, field_metadata::decode),
-    (task_merge::encode, task_merge::decode),
-    (write_commit::encode, write_commit::decode),
-    (kept::encode_keep, kept::decode_keep),
-    (kept::encode_scan, |buf, _inputs| kept::decode_scan(buf)),
-    (recursive_queries::encode, recursive_queries::decode),
+const NODES: [(Encode, Decode); 8] = [
+    (scan_compression::encode, |buf, inputs, _| {
+        scan_compression::decode(buf, inputs)
+    }),
+    (field_metadata::encode, |buf, inputs, _| {
+        field_metadata::decode(buf, inputs)
+    }),
+    (task_merge::encode, |buf, inputs, _| {
+        task_merge::decode(buf, inputs)
+    }),
+    (write_commit::encode, |buf, inputs, _| {
+        write_commit::decode(buf, inputs)
+    }),
+    (kept::encode_keep, |buf, inputs, _| {
+        kept::decode_keep(buf, inputs)
+    }),
+    (kept::encode_scan, |buf, _, _| kept::decode_scan(buf)),
+    (recursive_queries::encode, |buf, inputs, _| {
+        recursive_queries::decode(buf, inputs)
+    }),
+    (window_filters::encode, window_filters::decode),
 ];
 
 /// Writes `node` if it is one of ours.
@@ -31,6 +48,9 @@ pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result
 pub fn decode(
     buf: &[u8],
     children: &[Arc<dyn ExecutionPlan>],
+    ctx: &TaskContext,
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
-    NODES.iter().find_map(|(_, decode)| decode(buf, children))
+    NODES
+        .iter()
+        .find_map(|(_, decode)| decode(buf, children, ctx))
 }

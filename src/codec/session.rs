@@ -172,7 +172,7 @@ impl PhysicalExtensionCodec for SessionCodec {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match our_nodes::decode(buf, inputs) {
+        match our_nodes::decode(buf, inputs, ctx) {
             Some(ours) => ours,
             None => self.inner.try_decode(buf, inputs, ctx, converter),
         }

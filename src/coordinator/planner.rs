@@ -28,7 +28,9 @@ use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
 use crate::checks;
-use crate::codec::{fragment_codec, repair_decoded, window_function_headers, SessionCodec};
+use crate::codec::{
+    fragment_codec, repair_decoded, restore_window_filters, window_function_headers, SessionCodec,
+};
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
     is_worker_lost, not_distributable, FailureKind,
@@ -57,6 +59,9 @@ pub struct PlanRequest {
     pub plan: Option<Arc<dyn ExecutionPlan>>,
     /// The compressed tables the plan reads (their compression is not in `plan_bytes`).
     pub compressed_tables: Vec<CompressedTable>,
+    /// The plan's window expressions that have a `FILTER` (logical, `Expr.to_bytes()`): their
+    /// filters are not in `plan_bytes` (`codec::restore_window_filters`).
+    pub window_filters: Vec<Vec<u8>>,
     pub codec: Arc<SessionCodec>,
     pub options: HashMap<String, String>,
     /// Object stores registered on the session, rebuilt on every runtime that reads data.
@@ -100,6 +105,7 @@ impl PlanRequest {
         let mut kept = self.running(self.plan_bytes.clone());
         kept.plan = self.plan.clone();
         kept.compressed_tables = self.compressed_tables.clone();
+        kept.window_filters = self.window_filters.clone();
         kept.role = Role::Keep { table, task_base };
         kept
     }
@@ -118,6 +124,7 @@ impl PlanRequest {
         let mut detached = self.running(self.plan_bytes.clone());
         detached.plan = self.plan.clone();
         detached.compressed_tables = self.compressed_tables.clone();
+        detached.window_filters = self.window_filters.clone();
         detached.role = self.role;
         detached.keep_alive = None;
         detached
@@ -130,6 +137,7 @@ impl PlanRequest {
             plan_bytes,
             plan: None,
             compressed_tables: Vec::new(),
+            window_filters: Vec::new(),
             codec: Arc::clone(&self.codec),
             options: self.options.clone(),
             stores: self.stores.clone(),
@@ -346,6 +354,12 @@ impl ClusterPlanner {
         check_functions(&req.codec.by_name(), &urls, &functions)?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = repair_decoded(plan)?;
+        plan = restore_window_filters(plan, &req.window_filters, &task_ctx).map_err(|e| {
+            not_distributable(format!(
+                "a window's FILTER cannot be planned for workers ({})",
+                e.to_string().lines().next().unwrap_or_default()
+            ))
+        })?;
         checks::check_nothing_lost(&plan)?;
         if !self.is_embedded() {
             checks::check_flight_types(&plan)?;

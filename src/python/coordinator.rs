@@ -130,11 +130,13 @@ impl Coordinator {
     /// first when a worker is lost; `writes`: the query writes (never run twice);
     /// `live_interval`: seconds between asks for running tasks' rows (0: never);
     /// `table_scans`: the plan's logical table scans (`LogicalPlan.to_bytes()`), which carry
-    /// what the physical plan's bytes leave out (a CSV or NDJSON table's compression).
+    /// what the physical plan's bytes leave out (a CSV or NDJSON table's compression);
+    /// `window_filters`: its window expressions with a `FILTER` (`Expr.to_bytes()`), whose
+    /// filters the physical plan's bytes leave out.
     #[pyo3(signature = (
         plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5,
-        table_scans = vec![], stall_timeout = None
+        table_scans = vec![], stall_timeout = None, window_filters = vec![]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
@@ -152,6 +154,7 @@ impl Coordinator {
         live_interval: f64,
         table_scans: Vec<Vec<u8>>,
         stall_timeout: Option<f64>,
+        window_filters: Vec<Vec<u8>>,
     ) -> PyResult<DistributedPlan> {
         let request = Arc::new(request(
             py,
@@ -163,7 +166,7 @@ impl Coordinator {
             session,
             (min_workers, max_retries, writes),
             (live_interval, stall_timeout),
-            table_scans,
+            (table_scans, window_filters),
         )?);
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
@@ -183,7 +186,7 @@ impl Coordinator {
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, table_scans = vec![], original = None,
-        stall_timeout = None
+        stall_timeout = None, window_filters = vec![]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn keep(
@@ -201,6 +204,7 @@ impl Coordinator {
         table_scans: Vec<Vec<u8>>,
         original: Option<Bound<'_, PyAny>>,
         stall_timeout: Option<f64>,
+        window_filters: Vec<Vec<u8>>,
     ) -> PyResult<KeptTable> {
         let original = match original {
             Some(obj) => {
@@ -224,7 +228,7 @@ impl Coordinator {
             session,
             (min_workers, max_retries, false),
             (0.0, stall_timeout),
-            table_scans,
+            (table_scans, window_filters),
         )?;
         let planner = Arc::clone(&self.planner);
         let table = runtime::wait_for(py, async move {
@@ -248,7 +252,7 @@ fn request(
     session: Option<Py<PyAny>>,
     (min_workers, max_retries, writes): (usize, usize, bool),
     (live_interval, stall_timeout): (f64, Option<f64>),
-    table_scans: Vec<Vec<u8>>,
+    (table_scans, window_filters): (Vec<Vec<u8>>, Vec<Vec<u8>>),
 ) -> PyResult<PlanRequest> {
     let seconds = |name: &str, s: f64| {
         std::time::Duration::try_from_secs_f64(s)
@@ -272,6 +276,7 @@ fn request(
         plan_bytes: plan_bytes.to_vec(),
         plan: None,
         compressed_tables,
+        window_filters,
         codec: Arc::new(match &session {
             Some(session) => {
                 import_session_codec(codec)?.with_functions(session_functions(session.bind(py))?)

@@ -38,6 +38,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kept_table::kept_tables, m)?)?;
     m.add_function(wrap_pyfunction!(statement::create_table_as, m)?)?;
     m.add_class::<snapshot_table::WireCodec>()?;
+    m.add_class::<snapshot_table::InMemoryTable>()?;
     m.add_class::<snapshot_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;

@@ -127,6 +127,40 @@ impl SnapshotTable {
     }
 }
 
+/// Rows held by DataFusion, for what a Python table function returns in memory (see
+/// `tables::InMemoryTable`).
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct InMemoryTable {
+    table: Arc<tables::InMemoryTable>,
+}
+
+#[pymethods]
+impl InMemoryTable {
+    /// `data`: any object with `__arrow_c_stream__` (a pyarrow table or reader), read whole.
+    #[new]
+    fn new(name: String, data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let reader = ArrowArrayStreamReader::try_new(capsule::import_stream(data)?)
+            .map_err(|e| PyValueError::new_err(format!("not an Arrow stream: {e}")))?;
+        let schema = reader.schema();
+        let batches = reader
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| PyValueError::new_err(format!("reading the rows: {e}")))?;
+        let table = tables::InMemoryTable::try_new(name, schema, batches).map_err(to_py_err)?;
+        Ok(Self {
+            table: Arc::new(table),
+        })
+    }
+
+    /// The FFI table-provider protocol of datafusion-python (`ctx.register_table`).
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
+    }
+}
+
 /// The codec of snapshot scans, for `ctx.with_physical_extension_codec`.
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct WireCodec {

@@ -7,12 +7,14 @@
 //! leaf as the Parquet scan inside it, so the distributed planner splits it into tasks like any
 //! other file scan.
 mod codec;
+mod memory;
 mod provider;
 mod reader_scan;
 mod scan;
 mod snapshot;
 
 pub use codec::WireCodec;
+pub use memory::InMemoryTable;
 pub use provider::{FileFormat, SnapshotSource, SnapshotTable};
 pub use reader_scan::{BatchSource, ReaderTable};
 pub use snapshot::{ColumnStats, SnapshotFile};
