@@ -885,9 +885,11 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
             hint = "; ".join(lakehouse) + "."
         elif "avro" in kinds:
             hint = (
-                "Avro scans cannot be serialised by the datafusion 55 wheel, so Avro tables "
-                "cannot reach workers; convert once with ctx.read_avro(path).write_parquet(out) "
-                "and register the parquet copy, or run the query single-node with ctx.sql(...)."
+                "The datafusion 55 wheel cannot serialise the Avro scans of tables it makes "
+                "itself (CREATE EXTERNAL TABLE ... STORED AS AVRO, or Avro files with "
+                "partition columns or on an object store); register local Avro files with "
+                "ctx.register_avro(name, path) (or ctx.read_avro(path)) to read them on the "
+                "workers, or run the query single-node with ctx.sql(...)."
             )
         elif "dataset" in kinds:
             hint = (

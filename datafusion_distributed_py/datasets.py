@@ -23,7 +23,6 @@ in-memory table's.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,17 +36,9 @@ from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.stores import store_for
 
-_lock = threading.Lock()
-_installed = False
-
-
+@functools.cache  # once per process
 def install() -> None:
-    """Register pyarrow datasets of Parquet files as tables the workers can read (idempotent)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        _installed = True
+    """Register pyarrow datasets of files as tables the workers can read (idempotent)."""
     plain = datafusion.SessionContext.register_dataset
 
     @functools.wraps(plain)

@@ -65,7 +65,6 @@ StoreSpec = tuple[str, str, dict[str, str]]
 _SETTINGS_ATTR = "_datafusion_distributed_settings"
 
 _lock = threading.Lock()
-_installed = False
 #: session id -> {url prefix: the store's settings, or None when they are unknown}
 _sessions: dict[str, dict[str, Settings | None]] = {}
 
@@ -120,13 +119,9 @@ def _url(schema: str, host: str | None) -> str:
     return f"{scheme}://{host or ''}"
 
 
+@functools.cache  # once per process
 def install() -> None:
     """Start recording store construction and (de)registration (idempotent)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        _installed = True
     ctx_cls = datafusion.SessionContext
     for name in _KINDS:
         cls = getattr(_object_store, name, None)

@@ -1,10 +1,12 @@
-//! Compressed files (gzip, bzip2, xz, zstd CSV and NDJSON): each read whole by one task.
+//! Files that cannot be read from the middle — compressed files (gzip, bzip2, xz, zstd CSV and
+//! NDJSON), Avro files (their blocks are found from the file's start): each read whole by one
+//! task.
 //!
-//! A compressed stream cannot be read from the middle. DataFusion never splits such a file
-//! into byte ranges (`FileSource::repartitioned` checks), but datafusion-distributed's
-//! file-scan handler repartitions file groups for its tasks without that check, which gave
-//! tasks byte ranges of one gzip stream. Here such a scan wants no more tasks than it has
-//! files, and its files are dealt whole.
+//! DataFusion never splits such a file into byte ranges (`FileSource::repartitioned` checks),
+//! but datafusion-distributed's file-scan handler repartitions file groups for its tasks
+//! without that check, which gave tasks byte ranges of one gzip stream (and each task a whole
+//! Avro file, read twice). Here such a scan wants no more tasks than it has files, and its
+//! files are dealt whole.
 //!
 //! Upstream: datafusion-distributed 4.0.0 `src/events/defaults/file_scan_config.rs` calls
 //! `FileGroupPartitioner` directly.
@@ -22,12 +24,14 @@ use datafusion_distributed::{
 
 use super::{bytes_of, file_scan, tasks_for_bytes};
 
-/// A scan of compressed files that the crate would split by bytes (one with a declared
+/// A scan of files read whole that the crate would split by bytes (one with a declared
 /// partitioning it deals whole already).
 fn compressed(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
     let scan = file_scan(plan)?;
     let dealt_whole = scan.output_partitioning.is_some();
-    (scan.file_compression_type.is_compressed() && !dealt_whole).then_some(scan)
+    let whole =
+        scan.file_compression_type.is_compressed() || scan.file_source.file_type() == "avro";
+    (whole && !dealt_whole).then_some(scan)
 }
 
 /// The crate's count for the scan's bytes, but no more tasks than files.

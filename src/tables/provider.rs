@@ -8,7 +8,8 @@ use datafusion::common::{DFSchema, Result, Statistics};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
 use datafusion::datasource::physical_plan::{
-    ArrowSource, FileGroup, FileScanConfigBuilder, FileSource, JsonSource, ParquetSource,
+    ArrowSource, AvroSource, FileGroup, FileScanConfigBuilder, FileSource, JsonSource,
+    ParquetSource,
 };
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
@@ -37,6 +38,7 @@ pub enum FileFormat {
     Json,
     /// Arrow IPC files (Feather v2).
     Arrow,
+    Avro,
 }
 
 impl std::str::FromStr for FileFormat {
@@ -47,6 +49,7 @@ impl std::str::FromStr for FileFormat {
             "parquet" => Ok(Self::Parquet),
             "json" => Ok(Self::Json),
             "arrow" => Ok(Self::Arrow),
+            "avro" => Ok(Self::Avro),
             other => datafusion::common::plan_err!("no table of {other} files"),
         }
     }
@@ -248,6 +251,7 @@ impl TableProvider for SnapshotTable {
             }
             FileFormat::Json => Arc::new(JsonSource::new(table_schema)),
             FileFormat::Arrow => Arc::new(ArrowSource::new_file_source(table_schema)),
+            FileFormat::Avro => Arc::new(AvroSource::new(table_schema)),
         };
         let scan_schema = Arc::clone(&self.scan_schema);
         // The scan reads the projected columns in scan order; a projection puts them in the
