@@ -84,7 +84,9 @@ def avro_table(
         return None  # the wheel's own registration says what is wrong
     if not found:
         return None
-    files = [(p.absolute().as_uri(), p.stat().st_size, None, [], []) for p in found]
+    files: list[tuple[str, int, None, list[str | None], list[Any]]] = [
+        (p.absolute().as_uri(), p.stat().st_size, None, [], []) for p in found
+    ]
     return _internal.SnapshotTable(
         name, schema.serialize().to_pybytes(), [], False, files, None, [], "avro"
     )

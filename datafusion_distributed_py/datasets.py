@@ -36,6 +36,7 @@ from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.stores import store_for
 
+
 @functools.cache  # once per process
 def install() -> None:
     """Register pyarrow datasets of files as tables the workers can read (idempotent)."""
