@@ -111,4 +111,22 @@ macro_rules! no_expressions {
     };
 }
 
-pub(crate) use {leaf_node, no_expressions, one_input_node};
+/// `properties` and `execute` of a node that runs as the plan in its field `$inner`: a marker
+/// whose only work is what it carries (in fragments, or past the distributed planner).
+macro_rules! runs_as {
+    ($inner:tt) => {
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            self.$inner.properties()
+        }
+
+        fn execute(
+            &self,
+            partition: usize,
+            ctx: std::sync::Arc<datafusion::execution::TaskContext>,
+        ) -> datafusion::common::Result<datafusion::execution::SendableRecordBatchStream> {
+            self.$inner.execute(partition, ctx)
+        }
+    };
+}
+
+pub(crate) use {leaf_node, no_expressions, one_input_node, runs_as};

@@ -32,6 +32,19 @@ SQL = "SELECT g, count(*) AS n, sum(v) AS s FROM t WHERE v > 100 GROUP BY g ORDE
 SPLIT = DistributedConfig(file_scan_config_bytes_per_partition=2048, fallback="error")
 
 
+def _read_by_the_workers(dataset: pads.Dataset, workers: LocalCluster | None) -> DistributedContext:
+    """``dataset`` registered, read whole and grouped on the workers as single-node and pyarrow
+    (the reference no DataFusion took part in) read it; the distributed context."""
+    ctx = SessionContext()
+    ctx.register_dataset("t", dataset)
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
+    whole = assert_distributed_equal(ctx, dctx, "SELECT * FROM t")
+    assert _rows(whole) == _rows(dataset.to_table())
+    assert whole.schema == dataset.schema
+    assert_distributed_equal(ctx, dctx, SQL)
+    return dctx
+
+
 def _rows(table: pa.Table) -> list[tuple[object, ...]]:
     rows = (tuple(r.values()) for r in table.to_pylist())
     return sorted(rows, key=lambda r: [(v is None, str(v)) for v in r])
@@ -56,14 +69,7 @@ def test_a_parquet_dataset_is_read_by_the_workers(
     data: Path, workers: LocalCluster | None, shape: str
 ) -> None:
     dataset = pads.dataset(str(data / shape), format="parquet", partitioning="hive")
-    ctx = SessionContext()
-    ctx.register_dataset("t", dataset)
-    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
-    whole = assert_distributed_equal(ctx, dctx, "SELECT * FROM t")
-    # The reference no DataFusion took part in: pyarrow reading its own dataset.
-    assert _rows(whole) == _rows(dataset.to_table())
-    assert whole.schema == dataset.schema
-    assert_distributed_equal(ctx, dctx, SQL)
+    _read_by_the_workers(dataset, workers)
 
 
 def test_filters_reach_the_scan_and_partitions_are_pruned(data: Path) -> None:
@@ -92,12 +98,7 @@ def test_a_parquet_dataset_on_s3_is_read_by_the_workers(
         access_key="key", secret_key=SECRET, endpoint_override=s3_endpoint, region="us-east-1"
     )
     dataset = pads.dataset(f"{BUCKET}/t", filesystem=fs, format="parquet")
-    ctx = SessionContext()
-    ctx.register_dataset("t", dataset)
-    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
-    whole = assert_distributed_equal(ctx, dctx, "SELECT * FROM t")
-    assert _rows(whole) == _rows(dataset.to_table())
-    assert_distributed_equal(ctx, dctx, SQL)
+    dctx = _read_by_the_workers(dataset, workers)
     assert "predicate=" in dctx.explain(SQL)
 
 
@@ -149,15 +150,9 @@ def test_arrow_ipc_and_json_datasets_are_read_by_the_workers(
 ) -> None:
     dataset = pads.dataset(str(other_formats / fmt), format=fmt, partitioning="hive")
     assert len(dataset.files) > 3
-    ctx = SessionContext()
-    ctx.register_dataset("t", dataset)
-    dctx = DistributedContext(ctx, workers=workers, config=SPLIT)
-    whole = assert_distributed_equal(ctx, dctx, "SELECT * FROM t")
-    assert _rows(whole) == _rows(dataset.to_table())
-    assert whole.schema == dataset.schema
-    assert_distributed_equal(ctx, dctx, SQL)
+    dctx = _read_by_the_workers(dataset, workers)
     sql = "SELECT y, count(x) AS n, sum(x) AS s FROM t WHERE y = 2021 GROUP BY y"
-    assert_distributed_equal(ctx, dctx, sql, stages=False)
+    assert_distributed_equal(dctx.ctx, dctx, sql, stages=False)
     assert "y=2020" not in dctx.explain(sql)  # partitions pruned
 
 

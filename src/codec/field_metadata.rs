@@ -16,12 +16,11 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 
 use crate::plan_nodes::{decode_marker, encode_marker};
 
@@ -185,15 +184,5 @@ impl DisplayAs for MetadataRepair {
 impl ExecutionPlan for MetadataRepair {
     crate::plan_nodes::one_input_node!("MetadataRepair", 0, |_this, input| MetadataRepair(input));
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.0.properties()
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.0.execute(partition, ctx)
-    }
+    crate::plan_nodes::runs_as!(0);
 }

@@ -217,15 +217,10 @@ pub fn names_ignore_nulls(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::util::pretty::pretty_format_batches;
-    use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
-    use datafusion_proto::bytes::{
-        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
-    };
-    use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
 
     use super::*;
+    use crate::codec::test_support::{round_trip, rows};
 
     /// The rows of `sql` single-node, and after its plan's round trip through the encoding
     /// with and without the repair.
@@ -244,20 +239,13 @@ mod tests {
             .create_physical_plan()
             .await
             .unwrap();
-        let codec = DefaultPhysicalExtensionCodec {};
-        let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &codec).unwrap();
-        let task_ctx = ctx.task_ctx();
-        let decoded =
-            physical_plan_from_bytes_with_extension_codec(&bytes, &task_ctx, &codec).unwrap();
+        let decoded = round_trip(Arc::clone(&plan), &ctx.task_ctx());
         let repaired = restore_lost_modifiers(Arc::clone(&decoded)).unwrap();
-        let run = |p: Arc<dyn ExecutionPlan>| {
-            let task_ctx = ctx.task_ctx();
-            async move {
-                let batches = collect(p, task_ctx).await.unwrap();
-                pretty_format_batches(&batches).unwrap().to_string()
-            }
-        };
-        (run(plan).await, run(decoded).await, run(repaired).await)
+        (
+            rows(plan, ctx.task_ctx()).await,
+            rows(decoded, ctx.task_ctx()).await,
+            rows(repaired, ctx.task_ctx()).await,
+        )
     }
 
     #[tokio::test]

@@ -39,6 +39,8 @@ mod recursive_queries;
 mod scan_compression;
 mod session;
 mod task_merge;
+#[cfg(test)]
+mod test_support;
 mod window_filters;
 mod window_functions;
 mod write_commit;

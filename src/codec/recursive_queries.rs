@@ -131,41 +131,10 @@ fn own_work_tables(
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::util::pretty::pretty_format_batches;
-    use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
-    use datafusion_proto::physical_plan::{
-        DefaultPhysicalExtensionCodec, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
-    };
 
     use super::*;
-
-    /// The default codec, plus recursive queries.
-    #[derive(Debug)]
-    struct WithRecursive;
-
-    impl PhysicalExtensionCodec for WithRecursive {
-        fn try_decode(
-            &self,
-            buf: &[u8],
-            inputs: &[Arc<dyn ExecutionPlan>],
-            _ctx: &datafusion::execution::TaskContext,
-            _converter: &dyn PhysicalProtoConverterExtension,
-        ) -> Result<Arc<dyn ExecutionPlan>> {
-            decode(buf, inputs).unwrap_or_else(|| Err(exec_datafusion_err!("unknown node")))
-        }
-
-        fn try_encode(
-            &self,
-            node: Arc<dyn ExecutionPlan>,
-            buf: &mut Vec<u8>,
-            _converter: &dyn PhysicalProtoConverterExtension,
-        ) -> Result<()> {
-            encode(&node, buf).unwrap_or_else(|| {
-                DefaultPhysicalExtensionCodec {}.try_encode(node, buf, _converter)
-            })
-        }
-    }
+    use crate::codec::test_support::{round_trip, rows};
 
     #[tokio::test]
     async fn recursive_queries_survive_the_round_trip() {
@@ -192,22 +161,12 @@ mod tests {
                 .create_physical_plan()
                 .await
                 .unwrap();
-            let bytes = datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec(
-                Arc::clone(&plan),
-                &WithRecursive,
-            )
-            .unwrap();
-            let decoded = datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(
-                &bytes,
-                &ctx.task_ctx(),
-                &WithRecursive,
-            )
-            .unwrap();
-            let rows = |p| async {
-                let batches = collect(p, ctx.task_ctx()).await.unwrap();
-                pretty_format_batches(&batches).unwrap().to_string()
-            };
-            assert_eq!(rows(decoded).await, rows(plan).await, "{sql}");
+            let decoded = round_trip(Arc::clone(&plan), &ctx.task_ctx());
+            assert!(decoded
+                .exists(|n| Ok(n.is::<RecursiveQueryExec>()))
+                .unwrap());
+            let single = rows(plan, ctx.task_ctx()).await;
+            assert_eq!(rows(decoded, ctx.task_ctx()).await, single, "{sql}");
         }
     }
 }

@@ -19,13 +19,13 @@ use datafusion::arrow::datatypes::Schema;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_datafusion_err, Column, DFSchema, Result};
 use datafusion::execution::context::ExecutionProps;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::window::{
     PlainAggregateWindowExpr, SlidingAggregateWindowExpr, WindowExpr,
 };
 use datafusion::physical_expr::{create_physical_expr, PhysicalExpr};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use datafusion_proto::bytes::Serializeable;
 
 use super::lost_modifiers::with_windows_repaired;
@@ -221,64 +221,15 @@ impl ExecutionPlan for WindowFilters {
         }))
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, ctx)
-    }
+    crate::plan_nodes::runs_as!(input);
 }
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::util::pretty::pretty_format_batches;
-    use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
-    use datafusion_proto::bytes::{
-        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
-    };
 
     use super::*;
-    use datafusion_proto::physical_plan::{
-        DefaultPhysicalExtensionCodec, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
-    };
-
-    /// The default codec, plus [`WindowFilters`].
-    #[derive(Debug)]
-    struct WithFilters;
-
-    impl PhysicalExtensionCodec for WithFilters {
-        fn try_decode(
-            &self,
-            buf: &[u8],
-            inputs: &[Arc<dyn ExecutionPlan>],
-            ctx: &TaskContext,
-            _converter: &dyn PhysicalProtoConverterExtension,
-        ) -> Result<Arc<dyn ExecutionPlan>> {
-            decode(buf, inputs, ctx).unwrap_or_else(|| Err(exec_datafusion_err!("unknown node")))
-        }
-
-        fn try_encode(
-            &self,
-            node: Arc<dyn ExecutionPlan>,
-            buf: &mut Vec<u8>,
-            converter: &dyn PhysicalProtoConverterExtension,
-        ) -> Result<()> {
-            encode(&node, buf).unwrap_or_else(|| {
-                DefaultPhysicalExtensionCodec {}.try_encode(node, buf, converter)
-            })
-        }
-    }
-
-    fn trip_ours(plan: Arc<dyn ExecutionPlan>, ctx: &TaskContext) -> Arc<dyn ExecutionPlan> {
-        let bytes = physical_plan_to_bytes_with_extension_codec(plan, &WithFilters).unwrap();
-        physical_plan_from_bytes_with_extension_codec(&bytes, ctx, &WithFilters).unwrap()
-    }
+    use crate::codec::test_support::{round_trip, rows};
 
     /// `plan` without its [`WindowFilters`] nodes.
     fn strip(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
@@ -293,9 +244,12 @@ mod tests {
     #[tokio::test]
     async fn filters_come_back_from_the_logical_plan_and_through_fragments() {
         let ctx = SessionContext::new();
-        ctx.sql("CREATE TABLE t (id INT, g VARCHAR, v INT) AS VALUES (1, 'a', 10), (2, 'b', 20), (3, 'a', NULL), (4, 'b', 40)")
-            .await
-            .unwrap();
+        ctx.sql(
+            "CREATE TABLE t (id INT, g VARCHAR, v INT) AS VALUES (1, 'a', 10), (2, 'b', 20), \
+             (3, 'a', NULL), (4, 'b', 40)",
+        )
+        .await
+        .unwrap();
         let sql = "SELECT id, sum(v) FILTER (WHERE g = 'a') OVER (ORDER BY id) AS s, \
                    count(*) FILTER (WHERE v > 15) OVER () AS c FROM t ORDER BY id";
         let df = ctx.sql(sql).await.unwrap();
@@ -313,25 +267,17 @@ mod tests {
             .unwrap();
         assert_eq!(window_exprs.len(), 2);
         let plan = df.create_physical_plan().await.unwrap();
-        let codec = DefaultPhysicalExtensionCodec {};
         let task_ctx = ctx.task_ctx();
-        let trip = |p: Arc<dyn ExecutionPlan>| {
-            let bytes = physical_plan_to_bytes_with_extension_codec(p, &codec).unwrap();
-            physical_plan_from_bytes_with_extension_codec(&bytes, &task_ctx, &codec).unwrap()
-        };
-        let decoded = trip(Arc::clone(&plan));
+        let decoded = round_trip(Arc::clone(&plan), &task_ctx);
         let given = from_logical(decoded, &window_exprs, &task_ctx).unwrap();
         assert_eq!(filtered_windows(&given).len(), 2);
         // And again as a fragment: the filters travel in their node.
-        let again = trip_ours(Arc::clone(&given), &task_ctx);
-        let rows = |p| async {
-            let batches = collect(p, ctx.task_ctx()).await.unwrap();
-            pretty_format_batches(&batches).unwrap().to_string()
-        };
-        let single = rows(plan).await;
-        assert_eq!(rows(given).await, single);
-        assert_eq!(rows(Arc::clone(&again)).await, single);
+        let again = round_trip(Arc::clone(&given), &task_ctx);
+        let single = rows(plan, ctx.task_ctx()).await;
+        assert_eq!(rows(given, ctx.task_ctx()).await, single);
+        assert_eq!(rows(Arc::clone(&again), ctx.task_ctx()).await, single);
         // Without them the answer changes.
-        assert_ne!(rows(trip(strip(again))).await, single);
+        let lost = round_trip(strip(again), &task_ctx);
+        assert_ne!(rows(lost, ctx.task_ctx()).await, single);
     }
 }

@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::Result;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 
 /// `plan` with each outermost recursive query hidden in an [`InOneTask`] leaf.
 pub fn hide_recursive_queries(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -49,15 +48,5 @@ impl DisplayAs for InOneTask {
 impl ExecutionPlan for InOneTask {
     crate::plan_nodes::leaf_node!("InOneTask");
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.0.properties()
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.0.execute(partition, ctx)
-    }
+    crate::plan_nodes::runs_as!(0);
 }
