@@ -121,6 +121,15 @@ def workers(request: pytest.FixtureRequest) -> LocalCluster | None:
     return request.getfixturevalue("cluster") if request.param == "workers" else None
 
 
+@pytest.fixture
+def strict(
+    ctx: SessionContext, workers: LocalCluster | None
+) -> tuple[SessionContext, DistributedContext]:
+    """TPC-H on ``ctx``, and a distributed context on ``workers`` that refuses to fall back
+    (a query that cannot be distributed raises)."""
+    return ctx, DistributedContext(ctx, workers=workers, config=DistributedConfig(fallback="error"))
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """Two worker processes, shared by a module's tests (modules that need another cluster

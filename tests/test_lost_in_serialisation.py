@@ -7,10 +7,9 @@ asserted to run on the workers, and answers as single-node on both cluster kinds
 from __future__ import annotations
 
 import pytest
-from datafusion import SessionContext, col
+from datafusion import col
 from datafusion import functions as f
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 #: Windows over TPC-H lineitem: the second of each pair is planned over the input sorted for
@@ -70,22 +69,15 @@ RECURSIVE = [
 ]
 
 
-@pytest.fixture
-def both(
-    ctx: SessionContext, workers: LocalCluster | None
-) -> tuple[SessionContext, DistributedContext]:
-    return ctx, DistributedContext(ctx, workers=workers, config=DistributedConfig(fallback="error"))
-
-
 @pytest.mark.parametrize("sql", REVERSED)
-def test_windows_the_planner_reversed_run_on_the_workers(both, sql: str) -> None:
-    ctx, dctx = both
+def test_windows_the_planner_reversed_run_on_the_workers(strict, sql: str) -> None:
+    ctx, dctx = strict
     assert_distributed_equal(ctx, dctx, sql)
 
 
 @pytest.mark.parametrize("sql", IGNORE_NULLS)
-def test_ignore_nulls_of_window_functions_runs_on_the_workers(both, sql: str) -> None:
-    ctx, dctx = both
+def test_ignore_nulls_of_window_functions_runs_on_the_workers(strict, sql: str) -> None:
+    ctx, dctx = strict
     result = assert_distributed_equal(ctx, dctx, sql)
     # The modifier matters for these rows: respecting nulls answers otherwise.
     respecting = ctx.sql(sql.replace(" IGNORE NULLS", "")).to_arrow_table()
@@ -93,8 +85,8 @@ def test_ignore_nulls_of_window_functions_runs_on_the_workers(both, sql: str) ->
 
 
 @pytest.mark.parametrize("sql", FILTERS)
-def test_filters_of_window_aggregates_run_on_the_workers(both, sql: str) -> None:
-    ctx, dctx = both
+def test_filters_of_window_aggregates_run_on_the_workers(strict, sql: str) -> None:
+    ctx, dctx = strict
     result = assert_distributed_equal(ctx, dctx, sql)
     # The filter matters for these rows: without it the answer is another.
     unfiltered = sql.replace(" FILTER (WHERE l_returnflag = 'R')", "").replace(
@@ -105,23 +97,23 @@ def test_filters_of_window_aggregates_run_on_the_workers(both, sql: str) -> None
 
 
 @pytest.mark.parametrize("sql", GROUPING_SETS)
-def test_an_empty_grouping_set_runs_on_the_workers(both, sql: str) -> None:
-    ctx, dctx = both
+def test_an_empty_grouping_set_runs_on_the_workers(strict, sql: str) -> None:
+    ctx, dctx = strict
     result = assert_distributed_equal(ctx, dctx, sql)
     assert result.num_rows >= 1  # the empty set gives its row even over no input
 
 
 @pytest.mark.parametrize("sql", RECURSIVE)
-def test_recursive_queries_run_on_the_workers(both, sql: str) -> None:
-    ctx, dctx = both
+def test_recursive_queries_run_on_the_workers(strict, sql: str) -> None:
+    ctx, dctx = strict
     result = assert_distributed_equal(ctx, dctx, sql)
     assert result.num_rows > 1
     plan = dctx.explain(sql)
     assert "RecursiveQueryExec" in str(plan)
 
 
-def test_a_recursive_query_in_the_dataframe_api(both) -> None:
-    ctx, dctx = both
+def test_a_recursive_query_in_the_dataframe_api(strict) -> None:
+    ctx, dctx = strict
     sql = "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k * 2 FROM n WHERE k < 1000) "
     sql += "SELECT k FROM n"
     single = ctx.sql(sql).aggregate([], [f.sum(col("k")).alias("s")]).to_arrow_table()

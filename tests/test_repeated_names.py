@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext, col
 
-from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, ran_on
+from datafusion_distributed_py import DistributedConfig, DistributedContext, ran_on
 from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 #: TPC-H joins as a user first writes them: both sides name their key columns alike once
@@ -34,23 +34,16 @@ JOIN = (
 )
 
 
-@pytest.fixture
-def both(
-    ctx: SessionContext, workers: LocalCluster | None
-) -> tuple[SessionContext, DistributedContext]:
-    return ctx, DistributedContext(ctx, workers=workers, config=DistributedConfig(fallback="error"))
-
-
 @pytest.mark.parametrize("sql", QUERIES)
-def test_repeated_names_run_on_the_workers_with_single_node_s_rows(both, sql: str) -> None:
-    ctx, dctx = both
+def test_repeated_names_run_on_the_workers_with_single_node_s_rows(strict, sql: str) -> None:
+    ctx, dctx = strict
     result = assert_distributed_equal(ctx, dctx, sql)
     assert result.column_names == ctx.sql(sql).schema().names
     assert len(set(result.column_names)) < len(result.column_names)
 
 
-def test_every_way_of_reading_gives_single_node_s_names(both) -> None:
-    ctx, dctx = both
+def test_every_way_of_reading_gives_single_node_s_names(strict) -> None:
+    ctx, dctx = strict
     sql = JOIN + " ORDER BY a.o_orderkey, b.o_orderkey LIMIT 50"
     single, df = ctx.sql(sql), dctx.sql(sql)
     assert_ran_on_workers(df, dctx)
@@ -70,8 +63,8 @@ def test_every_way_of_reading_gives_single_node_s_names(both) -> None:
         assert all(b.schema.names == names for b in partition)
 
 
-def test_show_and_repr_print_single_node_s_names(both) -> None:
-    ctx, dctx = both
+def test_show_and_repr_print_single_node_s_names(strict) -> None:
+    ctx, dctx = strict
     sql = "SELECT * FROM nation a JOIN nation b ON a.n_nationkey = b.n_nationkey ORDER BY 1"
     single, df = ctx.sql(sql), dctx.sql(sql)
     assert_ran_on_workers(df, dctx, stages=False)
@@ -91,8 +84,8 @@ def test_show_and_repr_print_single_node_s_names(both) -> None:
     assert out.getvalue().strip() == "DataFrame has no rows"
 
 
-def test_a_further_step_selects_a_qualified_column(both) -> None:
-    ctx, dctx = both
+def test_a_further_step_selects_a_qualified_column(strict) -> None:
+    ctx, dctx = strict
     single, df = ctx.sql(JOIN), dctx.sql(JOIN)
     step = df.select(col("a.o_orderkey"), col("b.o_orderkey").alias("later")).sort(
         col("a.o_orderkey"), col("later")
@@ -106,8 +99,8 @@ def test_a_further_step_selects_a_qualified_column(both) -> None:
     assert counted == single.filter(col("b.o_totalprice") > col("a.o_totalprice")).count()
 
 
-def test_a_write_keeps_single_node_s_names(both, tmp_path: Path) -> None:
-    ctx, dctx = both
+def test_a_write_keeps_single_node_s_names(strict, tmp_path: Path) -> None:
+    ctx, dctx = strict
     single, df = ctx.sql(JOIN), dctx.sql(JOIN)
     assert_ran_on_workers(df, dctx)
     single.write_parquet(str(tmp_path / "single"))
@@ -137,8 +130,8 @@ def test_the_write_ran_on_the_workers(ctx: SessionContext, tmp_path: Path, caplo
     assert copies and copies[-1].ran_on == "workers"
 
 
-def test_an_unnamed_frame_with_repeated_names_still_answers(both) -> None:
-    ctx, dctx = both
+def test_an_unnamed_frame_with_repeated_names_still_answers(strict) -> None:
+    ctx, dctx = strict
     left = ctx.from_pydict({"id": [1, 2, 3], "v": [1, 2, 3]})
     right = ctx.from_pydict({"id": [2, 3, 4], "w": [5, 6, 7]})
     single = left.join(
@@ -150,10 +143,10 @@ def test_an_unnamed_frame_with_repeated_names_still_answers(both) -> None:
     assert df.schema().names == single.schema().names
 
 
-def test_what_single_node_refuses_for_repeated_names_is_refused_alike(both) -> None:
+def test_what_single_node_refuses_for_repeated_names_is_refused_alike(strict) -> None:
     # Keeping such a result (CREATE TABLE AS, cache) or describing it fails single-node: the
     # same error distributed, nothing kept under a made-up name.
-    ctx, dctx = both
+    ctx, dctx = strict
     cases = [
         lambda run: run(f"CREATE TABLE kept_twice AS {JOIN}").collect(),
         lambda run: run(JOIN).cache().to_pylist(),
@@ -168,8 +161,8 @@ def test_what_single_node_refuses_for_repeated_names_is_refused_alike(both) -> N
     assert not ctx.table_exist("kept_twice")
 
 
-def test_the_arrow_stream_protocol_gives_single_node_s_names(both) -> None:
-    ctx, dctx = both
+def test_the_arrow_stream_protocol_gives_single_node_s_names(strict) -> None:
+    ctx, dctx = strict
     sql = JOIN + " ORDER BY a.o_orderkey, b.o_orderkey"
     df = dctx.sql(sql)
     assert_ran_on_workers(df, dctx)

@@ -220,7 +220,7 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::codec::test_support::{round_trip, rows};
+    use crate::codec::test_support::{physical, round_trip, rows};
 
     /// The rows of `sql` single-node, and after its plan's round trip through the encoding
     /// with and without the repair.
@@ -232,13 +232,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical(&ctx, sql).await;
         let decoded = round_trip(Arc::clone(&plan), &ctx.task_ctx());
         let repaired = restore_lost_modifiers(Arc::clone(&decoded)).unwrap();
         (

@@ -134,7 +134,7 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::codec::test_support::{round_trip, rows};
+    use crate::codec::test_support::{physical, round_trip, rows};
 
     #[tokio::test]
     async fn recursive_queries_survive_the_round_trip() {
@@ -154,13 +154,7 @@ mod tests {
              UNION ALL SELECT a + 2 FROM i WHERE a < 5) SELECT o.a + i.a FROM i, o \
              WHERE o.a < 5)) SELECT * FROM o ORDER BY a",
         ] {
-            let plan = ctx
-                .sql(sql)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap();
+            let plan = physical(&ctx, sql).await;
             let decoded = round_trip(Arc::clone(&plan), &ctx.task_ctx());
             assert!(decoded
                 .exists(|n| Ok(n.is::<RecursiveQueryExec>()))

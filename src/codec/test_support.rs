@@ -42,6 +42,15 @@ impl PhysicalExtensionCodec for OurNodes {
     }
 }
 
+/// The physical plan `sql` plans to on `ctx`.
+pub async fn physical(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+) -> Arc<dyn ExecutionPlan> {
+    let df = ctx.sql(sql).await.unwrap();
+    df.create_physical_plan().await.unwrap()
+}
+
 /// `plan` encoded and decoded again, as a fragment travels.
 pub fn round_trip(plan: Arc<dyn ExecutionPlan>, ctx: &TaskContext) -> Arc<dyn ExecutionPlan> {
     let bytes = physical_plan_to_bytes_with_extension_codec(plan, &OurNodes).unwrap();
