@@ -19,6 +19,7 @@ _StoreSpec = tuple[str, str, dict[str, str]]
 __all__ = [
     "__version__",
     "DATAFUSION_MAJOR",
+    "WIRE_CODEC_ID",
     "DistributedError",
     "WorkerError",
     "UnsupportedPlanError",
@@ -41,6 +42,8 @@ __all__ = [
 __version__: str
 #: The DataFusion major version the Rust crates were built against.
 DATAFUSION_MAJOR: int
+#: The codec id our leaves' scans are encoded under on the coordinator's serialising session.
+WIRE_CODEC_ID: str
 
 class DistributedError(Exception):
     """A distributed query could not be planned or executed."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -34,6 +33,12 @@ from datafusion_distributed_py.dataframe import (
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.lakehouse.registry import single_node_reason
 from datafusion_distributed_py.monitor import MONITOR, Feed
+from datafusion_distributed_py.plan_facts import (
+    filtered_windows,
+    optimized,
+    physical_facts,
+    table_scans,
+)
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
@@ -103,8 +108,8 @@ class MetricsRecord(TypedDict):
 
 
 _log = logging.getLogger("datafusion_distributed_py")
-#: The id under which lakehouse tables' scans are encoded (see ``DistributedContext._wire``).
-WIRE_CODEC_ID = "datafusion_distributed_py.snapshot_scans.v1"
+#: The id under which our leaves are encoded (see ``DistributedContext._wire``).
+WIRE_CODEC_ID = _internal.WIRE_CODEC_ID
 #: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
 #: notebook, ``notebook.py``).
 METRICS_MARK = b"datafusion_distributed_py"
@@ -626,18 +631,18 @@ class DistributedContext:
             raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
         # Plans reading lakehouse or kept tables, or holding recursive queries, go through the
         # twin carrying their codec.
-        recursive = _recursive_queries(physical)
-        wire = self._wire if recursive or _reads_our_leaves(physical) else self._ctx
+        facts = physical_facts(physical)
+        recursive = facts.recursive_queries
+        wire = self._wire if recursive or facts.reads_our_leaves else self._ctx
         try:
             with self._wire_lock:
                 self._wire_codec.announce_recursive_queries(recursive)
                 plan_bytes = physical.to_bytes(wire)
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
-        table_scans = _text_file_scans(physical, fresh)
         request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
-        request["table_scans"] = table_scans
-        request["window_filters"] = _filtered_windows(fresh)
+        request["table_scans"] = table_scans(fresh) if facts.reads_text_files else []
+        request["window_filters"] = filtered_windows(fresh) if facts.filters_windows else []
         return fresh, request
 
     def _settings(self, feed: Feed) -> dict[str, Any]:
@@ -853,7 +858,7 @@ def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
 
 def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> UnsupportedTableError:
     """Explain why ``df``'s physical plan did not serialise: which tables, and what to do."""
-    plan = _optimized(df)
+    plan = optimized(df)
     root = plan.to_variant()
     scans = _scanned_tables(plan)
     # The tables that cannot travel are those whose scan alone does not serialise either.
@@ -920,15 +925,6 @@ def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> Unsuppor
     )
 
 
-def _optimized(df: DataFrame) -> LogicalPlan:
-    """The plan the physical plan was made from (subqueries decorrelated into joins, so
-    every scanned table is reached by ``inputs()``); the unoptimised one if that fails."""
-    try:
-        return df.optimized_logical_plan()
-    except Exception:  # datafusion raises plain Exception subclasses
-        return df.logical_plan()
-
-
 def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
     """Each table ``plan`` scans: its name as written -> a quoted reference for ``ctx.table``."""
     tables: dict[str, str] = {}
@@ -942,89 +938,6 @@ def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
             tables.setdefault(str(variant.table_name()), ".".join(quoted))
         pending.extend(reversed(node.inputs()))
     return tables
-
-
-def _reads_our_leaves(physical: ExecutionPlan) -> bool:
-    """Whether ``physical`` scans a lakehouse or kept table (their foreign leaves,
-    ``SnapshotScanExec`` and ``KeptScanExec``, by the node's own one-line display:
-    datafusion-python 55 gives no node type)."""
-    pending = [physical]
-    while pending:
-        node = pending.pop()
-        if node.display().startswith(_OUR_LEAVES):
-            return True
-        pending.extend(node.children())
-    return False
-
-
-_OUR_LEAVES = ("FFI_ExecutionPlan: SnapshotScanExec", "FFI_ExecutionPlan: KeptScanExec")
-
-
-def _filtered_windows(df: DataFrame) -> list[bytes]:
-    """The window expressions of ``df``'s plan that have a ``FILTER (WHERE ...)``, as logical
-    expression bytes (the physical plan's bytes leave the filter out)."""
-    found = []
-    pending = [_optimized(df)]
-    while pending:
-        plan = pending.pop()
-        pending.extend(plan.inputs())
-        try:
-            window = plan.to_variant()
-        except Exception:  # a node datafusion-python gives no variant for
-            continue
-        if type(window).__name__ != "WindowExpr":
-            continue
-        for expr in window.get_window_expr():
-            if _WINDOW_FILTER in expr.schema_name():
-                found.append(expr.to_bytes())
-    return found
-
-
-_WINDOW_FILTER = " FILTER (WHERE "
-
-
-def _recursive_queries(physical: ExecutionPlan) -> list[tuple[str, bool]]:
-    """(name, is_distinct) of each ``RecursiveQueryExec`` in ``physical``, depth first with
-    children in order (the order the plan's serialiser meets them), read from the node's
-    display: over FFI the node shows neither."""
-    found = []
-    pending = [physical]
-    while pending:
-        node = pending.pop()
-        text = node.display()
-        if text.startswith(_RECURSIVE):
-            name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
-            found.append((name, distinct.strip() == "true"))
-        pending.extend(reversed(node.children()))
-    return found
-
-
-_RECURSIVE = "RecursiveQueryExec: name="
-
-
-def _text_file_scans(physical: ExecutionPlan, df: DataFrame) -> list[bytes]:
-    """The logical scans (serialised) of ``df``'s tables when its plan reads CSV or NDJSON
-    files: their format options carry the compression the physical plan's bytes leave out,
-    which the core gives back to the scans."""
-    pending = [physical]
-    while pending:
-        node = pending.pop()
-        name, _, details = node.display().partition(":")
-        if name.strip() == "DataSourceExec" and re.search(r"file_type=(csv|json)\b", details):
-            break
-        pending.extend(node.children())
-    else:
-        return []
-    scans: list[bytes] = []
-    plans = [_optimized(df)]
-    while plans:
-        plan = plans.pop()
-        if isinstance(plan.to_variant(), TableScan):
-            # A table with no serialised scan reads no files: nothing to give back.
-            with contextlib.suppress(Exception):
-                scans.append(plan.to_bytes())
-        plans.extend(plan.inputs())
-    return scans
 
 
 def _serialises(ctx: SessionContext, table: str) -> bool:

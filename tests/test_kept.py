@@ -370,3 +370,17 @@ def test_a_kept_frame_is_a_distributed_frame(workers):
     got = step(cached).sort(col("k")).to_arrow_table()
     assert got == step(expected).sort(col("k")).to_arrow_table()
     assert "KeptScanExec" in dctx.explain(step(cached))
+
+
+def test_a_kept_scan_reaches_the_core_in_the_envelope_the_core_reads_directly() -> None:
+    """The core decodes our leaves from datafusion-python's envelope itself (skipping two FFI
+    crossings per query, ``SessionCodec::with_own``); pinned here so that a datafusion-python
+    writing another envelope is noticed, not just slower."""
+    ctx = SessionContext()
+    dctx = DistributedContext(ctx, progress=False)
+    dctx.sql("CREATE TABLE kept AS VALUES (1), (2)")
+    plan_bytes = ctx.sql("SELECT count(*) FROM kept").execution_plan().to_bytes(dctx._wire)
+    codec_id = _internal.WIRE_CODEC_ID.encode()
+    envelope = b"DFPYCHN\x01" + len(codec_id).to_bytes(4, "little") + codec_id
+    assert envelope + b"dfdpy.kept-scan:" in plan_bytes
+    assert dctx.sql("SELECT count(*) AS n FROM kept").to_pylist() == [{"n": 2}]

@@ -50,6 +50,8 @@ pub struct SessionCodec {
     refuse_pickled: bool,
     /// Functions decoded by name from `functions`: (kind, name).
     by_name: Mutex<BTreeSet<(&'static str, String)>>,
+    /// A codec of this library installed on the session under this id (see `with_own`).
+    own: Option<(&'static str, Arc<dyn PhysicalExtensionCodec>)>,
 }
 
 impl SessionCodec {
@@ -60,7 +62,16 @@ impl SessionCodec {
             functions: None,
             refuse_pickled: false,
             by_name: Mutex::default(),
+            own: None,
         }
+    }
+
+    /// This codec, decoding what `codec` (of this library, installed on the session under
+    /// `id`) wrote itself: through the session's codec, each node would cross FFI twice, each
+    /// crossing converting a whole task context.
+    pub fn with_own(mut self, id: &'static str, codec: Arc<dyn PhysicalExtensionCodec>) -> Self {
+        self.own = Some((id, codec));
+        self
     }
 
     /// This codec, resolving functions that travel by name among `functions`.
@@ -164,6 +175,17 @@ impl SessionCodec {
     }
 }
 
+/// The payload of datafusion-python's envelope of what the codec installed as `id` wrote:
+/// `DFPYCHN`, version 1, the id's length (u32, little-endian), the id, the payload
+/// (datafusion-python 55); None for any other bytes.
+fn enveloped<'a>(buf: &'a [u8], id: &str) -> Option<&'a [u8]> {
+    let rest = buf.strip_prefix(b"DFPYCHN\x01")?;
+    let (len, rest) = rest.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+    let (named, payload) = (rest.get(..len)?, rest.get(len..)?);
+    (named == id.as_bytes()).then_some(payload)
+}
+
 impl PhysicalExtensionCodec for SessionCodec {
     fn try_decode(
         &self,
@@ -172,10 +194,15 @@ impl PhysicalExtensionCodec for SessionCodec {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match our_nodes::decode(buf, inputs, ctx) {
-            Some(ours) => ours,
-            None => self.inner.try_decode(buf, inputs, ctx, converter),
+        if let Some(ours) = our_nodes::decode(buf, inputs, ctx) {
+            return ours;
         }
+        if let Some((id, own)) = &self.own {
+            if let Some(payload) = enveloped(buf, id) {
+                return own.try_decode(payload, inputs, ctx, converter);
+            }
+        }
+        self.inner.try_decode(buf, inputs, ctx, converter)
     }
 
     fn try_encode(
@@ -426,5 +453,29 @@ impl ScalarUDFImpl for WithoutExtensions {
         Some(ScalarUDF::new_from_impl(WithoutExtensions(Arc::new(
             updated,
         ))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::enveloped;
+
+    fn envelope(id: &str, payload: &[u8]) -> Vec<u8> {
+        let mut buf = b"DFPYCHN\x01".to_vec();
+        buf.extend_from_slice(&u32::try_from(id.len()).unwrap().to_le_bytes());
+        buf.extend_from_slice(id.as_bytes());
+        buf.extend_from_slice(payload);
+        buf
+    }
+
+    #[test]
+    fn reads_only_the_envelope_of_the_named_codec() {
+        let buf = envelope("ours.v1", b"payload");
+        assert_eq!(enveloped(&buf, "ours.v1"), Some(&b"payload"[..]));
+        assert_eq!(enveloped(&buf, "ours.v2"), None);
+        assert_eq!(enveloped(&envelope("theirs", b"ours.v1"), "ours.v1"), None);
+        assert_eq!(enveloped(b"payload", "ours.v1"), None);
+        // A length running past the end is not an envelope.
+        assert_eq!(enveloped(&buf[..12], "ours.v1"), None);
     }
 }

@@ -1,12 +1,14 @@
 //! Reading and writing the PyCapsules of DataFusion's FFI.
 use std::ffi::CString;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use std::collections::HashMap;
 
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
 use datafusion::catalog::TableProvider;
 use datafusion::execution::config::SessionConfig;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::{TaskContext, TaskContextProvider};
 use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
 use datafusion_ffi::table_provider::FFI_TableProvider;
@@ -62,11 +64,20 @@ pub fn export_table<'py>(
     table: Arc<dyn TableProvider>,
     filters: bool,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let task_ctx_provider: FFI_TaskContextProvider = import(
-        session,
-        "__datafusion_task_context_provider__",
-        "datafusion_task_context_provider",
-    )?;
+    // The FFI scan asks this provider for a task context at every scan, only to decode the
+    // filters pushed down: a foreign one (the session's) is converted whole, every
+    // registered function included, which costs more than a short query's own planning. A
+    // table taking no filters gets one of this library, which crosses as it is.
+    let task_ctx_provider: FFI_TaskContextProvider = if filters {
+        import(
+            session,
+            "__datafusion_task_context_provider__",
+            "datafusion_task_context_provider",
+        )?
+    } else {
+        let local: Arc<dyn TaskContextProvider> = BUILTINS_ONLY.clone();
+        FFI_TaskContextProvider::from(&local)
+    };
     let provider = FFI_TableProvider::new(
         table,
         filters,
@@ -77,6 +88,21 @@ pub fn export_table<'py>(
     export(py, provider, "datafusion_table_provider")
 }
 
+/// A task context with DataFusion's built-in functions, alive for the whole process (the FFI
+/// provider holds it weakly).
+struct BuiltinsOnly(Arc<TaskContext>);
+
+impl TaskContextProvider for BuiltinsOnly {
+    fn task_ctx(&self) -> Arc<TaskContext> {
+        Arc::clone(&self.0)
+    }
+}
+
+static BUILTINS_ONLY: LazyLock<Arc<BuiltinsOnly>> = LazyLock::new(|| {
+    let state = SessionStateBuilder::new().with_default_features().build();
+    Arc::new(BuiltinsOnly(state.task_ctx()))
+});
+
 /// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`
 /// or the capsule itself), wrapped in our [`SessionCodec`].
 pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
@@ -86,7 +112,10 @@ pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
         "datafusion_physical_extension_codec",
     )?;
     let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
-    Ok(SessionCodec::new(foreign))
+    // Our leaves were written by our WireCodec installed on the session (the coordinator's
+    // serialising twin): read back here, not through two FFI crossings.
+    let wire = Arc::new(crate::tables::WireCodec::default());
+    Ok(SessionCodec::new(foreign).with_own(crate::tables::WIRE_CODEC_ID, wire))
 }
 
 /// The functions registered on the datafusion-python `session` (read when first needed).

@@ -21,7 +21,7 @@ pub fn distributed_setting(
     sql: &str,
     session: &Bound<'_, PyAny>,
 ) -> PyResult<Option<(String, String)>> {
-    let Some(statement) = one_statement(sql, session)? else {
+    let Some(statement) = one_statement(sql, session, "set")? else {
         return Ok(None);
     };
     Ok(setting_of(statement))
@@ -35,7 +35,7 @@ pub fn create_table_as(
     sql: &str,
     session: &Bound<'_, PyAny>,
 ) -> PyResult<Option<(String, String, bool, bool)>> {
-    let Some(SqlStatement::CreateTable(create)) = one_statement(sql, session)? else {
+    let Some(SqlStatement::CreateTable(create)) = one_statement(sql, session, "create")? else {
         return Ok(None);
     };
     let Some(query) = create
@@ -54,8 +54,16 @@ pub fn create_table_as(
 
 /// The one SQL statement `sql` is, read in `session`'s dialect; None when it is several, not
 /// SQL DataFusion's parser takes as one, or does not parse (the session then raises its own
-/// error for it).
-fn one_statement(sql: &str, session: &Bound<'_, PyAny>) -> PyResult<Option<SqlStatement>> {
+/// error for it), and at once when the text lacks the statement's `keyword` (lower case):
+/// reading the session's dialect costs more than a short query's planning.
+fn one_statement(
+    sql: &str,
+    session: &Bound<'_, PyAny>,
+    keyword: &str,
+) -> PyResult<Option<SqlStatement>> {
+    if !sql.to_ascii_lowercase().contains(keyword) {
+        return Ok(None);
+    }
     let settings = session_settings(session)?;
     let dialect = settings
         .get("datafusion.sql_parser.dialect")

@@ -30,6 +30,9 @@ use super::scan::SnapshotScanExec;
 use crate::codec::{decode_recursive_query, write_recursive_query, write_work_table};
 use crate::object_stores::{register_all, StoreSpec};
 
+/// The id the coordinator installs [`WireCodec`] under on its serialising session.
+pub const WIRE_CODEC_ID: &str = "datafusion_distributed_py.snapshot_scans.v1";
+
 #[derive(Debug, Default)]
 pub struct WireCodec {
     /// (name, is_distinct) of the recursive queries of the plan being serialised, in the

@@ -13,7 +13,7 @@ mod reader_scan;
 mod scan;
 mod snapshot;
 
-pub use codec::WireCodec;
+pub use codec::{WireCodec, WIRE_CODEC_ID};
 pub use memory::InMemoryTable;
 pub use provider::{FileFormat, SnapshotSource, SnapshotTable};
 pub use reader_scan::{BatchSource, ReaderTable};

@@ -1,0 +1,106 @@
+"""What a query's plans tell that their bytes do not: read from datafusion-python's plans
+before the physical plan is serialised, and sent beside it to the core.
+
+datafusion-python 55 gives a physical node's one-line display and its children, not its type
+or fields; the serialiser drops a few things the core needs back (a recursive query's name,
+a window aggregate's ``FILTER``, a CSV/JSON scan's compression). One walk of the physical
+plan says which of these a query has (:func:`physical_facts`); the logical plan is read
+only for those it has, so a plain query pays for one walk of its displays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+
+from datafusion import DataFrame, ExecutionPlan, LogicalPlan
+from datafusion.expr import TableScan
+
+#: Our own leaves, as datafusion-python shows a foreign node: their scans go through the
+#: session carrying our codec.
+_OUR_LEAVES = ("FFI_ExecutionPlan: SnapshotScanExec", "FFI_ExecutionPlan: KeptScanExec")
+_RECURSIVE = "RecursiveQueryExec: name="
+#: A window expression's name keeps its ``FILTER``, the physical plan's bytes do not.
+_WINDOW_FILTER = " FILTER (WHERE "
+_TEXT_FILES = re.compile(r"file_type=(csv|json)\b")
+
+
+@dataclass
+class PhysicalFacts:
+    """What one walk of a physical plan's displays found (see the module)."""
+
+    #: It scans a lakehouse, dataset or kept table (our leaves).
+    reads_our_leaves: bool = False
+    #: ``(name, is_distinct)`` of each ``RecursiveQueryExec``, depth first with children in
+    #: order: the order the plan's serialiser meets them.
+    recursive_queries: list[tuple[str, bool]] = field(default_factory=list)
+    #: A window aggregate has a ``FILTER (WHERE ...)``.
+    filters_windows: bool = False
+    #: It reads CSV or NDJSON files (whose compression the bytes leave out).
+    reads_text_files: bool = False
+
+
+def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
+    """:class:`PhysicalFacts` of ``physical``, in one walk."""
+    facts = PhysicalFacts()
+    pending = [physical]
+    while pending:
+        node = pending.pop()
+        text = node.display()
+        if text.startswith(_OUR_LEAVES):
+            facts.reads_our_leaves = True
+        elif text.startswith(_RECURSIVE):
+            name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
+            facts.recursive_queries.append((name, distinct.strip() == "true"))
+        elif text.startswith("DataSourceExec:") and _TEXT_FILES.search(text):
+            facts.reads_text_files = True
+        elif "Window" in text and _WINDOW_FILTER in text:
+            facts.filters_windows = True
+        pending.extend(reversed(node.children()))
+    return facts
+
+
+def optimized(df: DataFrame) -> LogicalPlan:
+    """The plan the physical plan was made from (subqueries decorrelated into joins, so
+    every scanned table is reached by ``inputs()``); the unoptimised one if that fails."""
+    try:
+        return df.optimized_logical_plan()
+    except Exception:  # datafusion raises plain Exception subclasses
+        return df.logical_plan()
+
+
+def filtered_windows(df: DataFrame) -> list[bytes]:
+    """The window expressions of ``df``'s plan that have a ``FILTER (WHERE ...)``, as logical
+    expression bytes (the physical plan's bytes leave the filter out)."""
+    found = []
+    pending = [optimized(df)]
+    while pending:
+        plan = pending.pop()
+        pending.extend(plan.inputs())
+        try:
+            window = plan.to_variant()
+        except Exception:  # a node datafusion-python gives no variant for
+            continue
+        if type(window).__name__ != "WindowExpr":
+            continue
+        for expr in window.get_window_expr():
+            if _WINDOW_FILTER in expr.schema_name():
+                found.append(expr.to_bytes())
+    return found
+
+
+def table_scans(df: DataFrame) -> list[bytes]:
+    """The logical scans (serialised) of ``df``'s tables: the format options of CSV and
+    NDJSON tables carry the compression the physical plan's bytes leave out, which the core
+    gives back to the scans."""
+    scans: list[bytes] = []
+    plans = [optimized(df)]
+    while plans:
+        plan = plans.pop()
+        if isinstance(plan.to_variant(), TableScan):
+            # A table with no serialised scan reads no files: nothing to give back.
+            with contextlib.suppress(Exception):
+                scans.append(plan.to_bytes())
+        plans.extend(plan.inputs())
+    return scans
