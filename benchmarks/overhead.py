@@ -2,8 +2,9 @@
 
     python -m benchmarks.overhead [--sf 1] [--runs 50]
 
-* overhead: median wall time of ``SELECT 1`` and of a query over a tiny table, distributed
-  minus single-node, in ms (planning, FFI, dispatch to workers);
+* overhead: median wall time of ``SELECT 1``, of a query over a tiny in-memory table and of
+  the same query over it kept on the workers (``CREATE TABLE AS``; single-node reads its
+  own), distributed minus single-node, in ms (planning, FFI, dispatch to workers);
 * transfer: ``to_arrow_table()`` of a multi-million-row scan, MB/s distributed and
   single-node, and their ratio.
 """
@@ -50,10 +51,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         print("fixed per-query overhead (median ms; distributed minus single-node)")
-        for label, sql in (("SELECT 1", "SELECT 1"), ("tiny table", "SELECT sum(a) FROM tiny")):
-            single = median_ms(lambda s=sql: ctx.sql(s).collect(), args.runs)
+        for mode, dctx in modes.items():
+            dctx.sql(f"CREATE TABLE kept_{mode} AS SELECT a FROM tiny")
+        for label, sql in (
+            ("SELECT 1", "SELECT 1"),
+            ("tiny table", "SELECT sum(a) FROM tiny"),
+            ("kept table", "SELECT sum(a) FROM {kept}"),
+        ):
+            single = median_ms(lambda s=sql: ctx.sql(s.format(kept="tiny")).collect(), args.runs)
             for mode, dctx in modes.items():
-                dist = median_ms(lambda s=sql, d=dctx: d.sql(s).collect(), args.runs)
+                mine = sql.format(kept=f"kept_{mode}")
+                dist = median_ms(lambda s=mine, d=dctx: d.sql(s).collect(), args.runs)
                 print(
                     f"  {label:<11} {mode:<10} single {single:7.2f}  distributed {dist:7.2f}  "
                     f"overhead {dist - single:7.2f}"
