@@ -641,8 +641,14 @@ class DistributedContext:
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e) from e
         request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
-        request["table_scans"] = table_scans(fresh) if facts.reads_text_files else []
-        request["window_filters"] = filtered_windows(fresh) if facts.filters_windows else []
+        request["table_scans"], request["window_filters"] = [], []
+        # The logical plan is read (optimised once more) only for what the physical one lacks.
+        if facts.reads_text_files or facts.filters_windows:
+            logical = optimized(fresh)
+            if facts.reads_text_files:
+                request["table_scans"] = table_scans(logical)
+            if facts.filters_windows:
+                request["window_filters"] = filtered_windows(logical)
         return fresh, request
 
     def _settings(self, feed: Feed) -> dict[str, Any]:

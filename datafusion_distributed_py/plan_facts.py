@@ -70,11 +70,12 @@ def optimized(df: DataFrame) -> LogicalPlan:
         return df.logical_plan()
 
 
-def filtered_windows(df: DataFrame) -> list[bytes]:
-    """The window expressions of ``df``'s plan that have a ``FILTER (WHERE ...)``, as logical
-    expression bytes (the physical plan's bytes leave the filter out)."""
+def filtered_windows(logical: LogicalPlan) -> list[bytes]:
+    """The window expressions of ``logical`` (see :func:`optimized`) that have a
+    ``FILTER (WHERE ...)``, as logical expression bytes (the physical plan's bytes leave the
+    filter out)."""
     found = []
-    pending = [optimized(df)]
+    pending = [logical]
     while pending:
         plan = pending.pop()
         pending.extend(plan.inputs())
@@ -90,12 +91,12 @@ def filtered_windows(df: DataFrame) -> list[bytes]:
     return found
 
 
-def table_scans(df: DataFrame) -> list[bytes]:
-    """The logical scans (serialised) of ``df``'s tables: the format options of CSV and
-    NDJSON tables carry the compression the physical plan's bytes leave out, which the core
-    gives back to the scans."""
+def table_scans(logical: LogicalPlan) -> list[bytes]:
+    """The scans (serialised) of ``logical``'s tables (see :func:`optimized`): the format
+    options of CSV and NDJSON tables carry the compression the physical plan's bytes leave
+    out, which the core gives back to the scans."""
     scans: list[bytes] = []
-    plans = [optimized(df)]
+    plans = [logical]
     while plans:
         plan = plans.pop()
         if isinstance(plan.to_variant(), TableScan):

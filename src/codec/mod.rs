@@ -63,7 +63,7 @@ pub use recursive_queries::{
     decode as decode_recursive_query, write_query as write_recursive_query, write_work_table,
 };
 pub use scan_compression::wrap as wrap_compressed_scans;
-pub use session::{SessionCodec, SessionFunctions};
+pub use session::{builtins, SessionCodec, SessionFunctions};
 pub use task_merge::MergeTaskPartitions;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,

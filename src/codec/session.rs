@@ -327,8 +327,9 @@ trait Function: Sized {
     }
 }
 
-/// DataFusion's built-in functions, as a task context's registry.
-fn builtins() -> &'static TaskContext {
+/// DataFusion's built-in functions, as a task context: their registry here, and the context
+/// of FFI tables that decode no expressions (`python::capsule::export_table`).
+pub fn builtins() -> &'static Arc<TaskContext> {
     static BUILTINS: OnceLock<Arc<TaskContext>> = OnceLock::new();
     BUILTINS.get_or_init(|| {
         SessionStateBuilder::new()

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
 use datafusion::catalog::TableProvider;
 use datafusion::execution::config::SessionConfig;
-use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{TaskContext, TaskContextProvider};
 use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
@@ -75,7 +74,7 @@ pub fn export_table<'py>(
             "datafusion_task_context_provider",
         )?
     } else {
-        let local: Arc<dyn TaskContextProvider> = BUILTINS_ONLY.clone();
+        let local: Arc<dyn TaskContextProvider> = BUILTINS.clone();
         FFI_TaskContextProvider::from(&local)
     };
     let provider = FFI_TableProvider::new(
@@ -88,20 +87,17 @@ pub fn export_table<'py>(
     export(py, provider, "datafusion_table_provider")
 }
 
-/// A task context with DataFusion's built-in functions, alive for the whole process (the FFI
-/// provider holds it weakly).
-struct BuiltinsOnly(Arc<TaskContext>);
+/// Hands out the task context of DataFusion's built-in functions (`codec::builtins`); one
+/// for the whole process, as the FFI provider holds it weakly.
+struct Builtins;
 
-impl TaskContextProvider for BuiltinsOnly {
+impl TaskContextProvider for Builtins {
     fn task_ctx(&self) -> Arc<TaskContext> {
-        Arc::clone(&self.0)
+        Arc::clone(crate::codec::builtins())
     }
 }
 
-static BUILTINS_ONLY: LazyLock<Arc<BuiltinsOnly>> = LazyLock::new(|| {
-    let state = SessionStateBuilder::new().with_default_features().build();
-    Arc::new(BuiltinsOnly(state.task_ctx()))
-});
+static BUILTINS: LazyLock<Arc<Builtins>> = LazyLock::new(|| Arc::new(Builtins));
 
 /// Imports a session's physical extension codec (`ctx.__datafusion_physical_extension_codec__()`
 /// or the capsule itself), wrapped in our [`SessionCodec`].
