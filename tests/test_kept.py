@@ -384,3 +384,31 @@ def test_a_kept_scan_reaches_the_core_in_the_envelope_the_core_reads_directly() 
     envelope = b"DFPYCHN\x01" + len(codec_id).to_bytes(4, "little") + codec_id
     assert envelope + b"dfdpy.kept-scan:" in plan_bytes
     assert dctx.sql("SELECT count(*) AS n FROM kept").to_pylist() == [{"n": 2}]
+
+
+@pytest.mark.parametrize("keeper", ["CREATE TABLE AS", "from_arrow"])
+def test_dataframe_api_follow_ups_read_kept_tables_where_they_are_held(workers, keeper):
+    """The same follow-ups built with the DataFrame API (``dctx.table``, ``dctx.distribute``)
+    instead of SQL: equal to single-node, run on the workers, reading the kept parts."""
+    single, ctx, dctx = _pair(workers)
+    for maker in (single, dctx):
+        if keeper == "CREATE TABLE AS":
+            maker.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+        else:
+            data = pa.table({"k": [i % 7 for i in range(ROWS)], "w": list(range(0, 2 * ROWS, 2))})
+            (maker if isinstance(maker, SessionContext) else maker.ctx).from_arrow(data, "kept")
+    frames = [
+        lambda c: c.table("kept")
+        .aggregate([col("k")], [f.count(col("w")).alias("n"), f.sum(col("w")).alias("s")])
+        .sort(col("k")),
+        lambda c: (c.distribute(c.ctx.table("kept")) if isinstance(c, DistributedContext) else
+                   c.table("kept")).filter(col("w") < 40).sort(col("w")),
+    ]  # fmt: skip
+    for frame in frames:
+        assert_distributed_equal(single, dctx, frame, tolerance=1e-9)
+        df = frame(dctx)
+        df.collect()
+        assert "KeptScanExec" in dctx.explain(df)
+        held = _kept_bytes(dctx, "kept")
+        assert held > 0, dctx.status().kept
+        assert plan_bytes_sent(df) < min(held, 200_000)
