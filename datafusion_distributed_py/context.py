@@ -610,7 +610,6 @@ class DistributedContext:
             **request,
             writes=writes,
             live_interval=self._config.progress_interval,
-            stall_timeout=self._config.stall_timeout or None,
         )
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
@@ -659,6 +658,7 @@ class DistributedContext:
             "options": self._config.to_options(), "stores": object_stores.stores_of(self._ctx),
             "progress": progress_mod.to_rust(feed), "min_workers": self._config.min_workers,
             "max_retries": self._config.max_retries,
+            "stall_timeout": self._config.stall_timeout or None,
         }  # fmt: skip
 
     @staticmethod
@@ -679,9 +679,7 @@ class DistributedContext:
                 request = {**self._settings(feed), **self._wire_of(self._ctx), "plan_bytes": b""}
             else:
                 _, request = self._request(df, feed)
-            return self._coordinator.keep(
-                name, **request, original=original, stall_timeout=self._config.stall_timeout or None
-            )
+            return self._coordinator.keep(name, **request, original=original)
         except UnsupportedPlanError as e:
             self._source_error(e, df)  # warns, or raises under fallback="error"
             return None

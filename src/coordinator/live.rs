@@ -16,6 +16,7 @@ use datafusion_distributed::grpc::{
 };
 use datafusion_distributed::Worker;
 use url::Url;
+use uuid::Uuid;
 
 use super::task_log::TaskLog;
 use crate::protocol::{display_url, FixedResolver, WorkerChannels};
@@ -34,6 +35,20 @@ const BUSY_CPU_PERCENT: f64 = 1.0;
 /// Whether a worker using `cpu_percent` of the machine is at work.
 pub fn busy(cpu_percent: f64) -> bool {
     cpu_percent > BUSY_CPU_PERCENT
+}
+
+/// The running tasks of query `query_id` in a worker's answer: (stage, task) and output rows.
+pub fn tasks_of<'a>(
+    answer: &'a GetTaskProgressResponse,
+    query_id: &'a Uuid,
+) -> impl Iterator<Item = ((usize, usize), u64)> + 'a {
+    answer.tasks.iter().filter_map(move |task| {
+        let key = task.task_key.as_ref()?;
+        (key.query_id.as_slice() == query_id.as_bytes()).then_some((
+            (key.stage_id as usize, key.task_number as usize),
+            task.output_rows,
+        ))
+    })
 }
 
 /// Asks workers how their tasks and they themselves are doing.
@@ -166,9 +181,10 @@ pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
         }
         let mut every = tokio::time::interval(interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        every.tick().await; // the first tick is immediate: a short query never polls
-                            // Asks in a row that found no task of this run: a run that failed or was given up
-                            // leaves its records unfinished, and the watcher ends with it all the same.
+        // The first tick is immediate: a short query never polls.
+        every.tick().await;
+        // Asks in a row that found no task of this run: a run that failed or was given up
+        // leaves its records unfinished, and the watcher ends with it all the same.
         let mut idle = 0;
         loop {
             every.tick().await;
@@ -178,18 +194,11 @@ pub fn watch(log: &Arc<TaskLog>, observer: Arc<Observer>, interval: Duration) {
                 None => return,
             };
             let answers = futures::future::join_all(urls.iter().map(|u| observer.ask(u))).await;
-            let mut rows: HashMap<(usize, usize), u64> = HashMap::new();
-            for answer in answers.into_iter().flatten() {
-                for task in answer.tasks {
-                    let Some(key) = task.task_key else { continue };
-                    if key.query_id.as_slice() == query_id.as_bytes() {
-                        rows.insert(
-                            (key.stage_id as usize, key.task_number as usize),
-                            task.output_rows,
-                        );
-                    }
-                }
-            }
+            let rows: HashMap<(usize, usize), u64> = answers
+                .iter()
+                .flatten()
+                .flat_map(|answer| tasks_of(answer, &query_id))
+                .collect();
             idle = if rows.is_empty() { idle + 1 } else { 0 };
             if idle >= IDLE_ASKS {
                 return;

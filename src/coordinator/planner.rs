@@ -22,7 +22,7 @@ use url::Url;
 
 use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
-use super::live::{busy, watch, Observer, WorkerStatus};
+use super::live::{busy, tasks_of, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
@@ -215,18 +215,14 @@ impl ClusterPlanner {
         let answers = futures::future::join_all(urls.iter().map(|u| self.observer.ask(u))).await;
         let mut rows = 0;
         let mut working = false;
-        for answer in answers.into_iter().flatten() {
-            working |= busy(answer.worker_metrics.map_or(0.0, |m| m.cpu_usage_percent));
-            rows += answer
-                .tasks
-                .iter()
-                .filter(|t| {
-                    t.task_key
-                        .as_ref()
-                        .is_some_and(|k| k.query_id.as_slice() == query_id.as_bytes())
-                })
-                .map(|t| t.output_rows)
-                .sum::<u64>();
+        for answer in answers.iter().flatten() {
+            working |= busy(
+                answer
+                    .worker_metrics
+                    .as_ref()
+                    .map_or(0.0, |m| m.cpu_usage_percent),
+            );
+            rows += tasks_of(answer, &query_id).map(|(_, n)| n).sum::<u64>();
         }
         (rows, working)
     }
