@@ -64,7 +64,8 @@ class QueryRecord:
     id: int
     sql: str
     ran_on: str
-    #: ``id()`` of the objects whose dashboards show it: its context, and its workers.
+    #: Tags (:func:`owner_tag`) of the objects whose dashboards show it: its context, and its
+    #: workers.
     owners: frozenset[int]
     started: float = field(default_factory=time.time)
     finished: float | None = None
@@ -127,7 +128,7 @@ class Monitor:
     def begin(
         self, sql: str, ran_on: str, owners: tuple[object, ...], source: Any = None
     ) -> QueryRecord:
-        tags = frozenset(id(o) for o in owners if o is not None)
+        tags = frozenset(t for t in map(owner_tag, owners) if t is not None)
         # A weak reference: the record outlives the frame, and a plan can hold rows.
         ref = weakref.ref(source) if source is not None else None
         record = QueryRecord(next(self._ids), sql, ran_on, tags, source=ref)
@@ -151,10 +152,26 @@ class Monitor:
         with self._lock:
             records = [*self._running.values(), *self._recent]
         records.sort(key=lambda r: (r.state != "running", -r.id))
-        return [r for r in records if owner is None or id(owner) in r.owners]
+        tag = owner_tag(owner) if owner is not None else None
+        return [r for r in records if owner is None or tag in r.owners]
 
     def find(self, query_id: int) -> QueryRecord | None:
         return next((r for r in self.queries() if r.id == query_id), None)
+
+
+_TAGS = itertools.count(1)
+
+
+def owner_tag(owner: object) -> int | None:
+    """A number naming ``owner`` (a context, a cluster) for as long as the process runs; None
+    for an object without attributes (a list of URLs), which has no dashboard. Not ``id()``:
+    a freed object's id is given to the next, and a new cluster would show an old one's
+    queries."""
+    state = getattr(owner, "__dict__", None)
+    if state is None:
+        return None
+    tag = state.get("_dfdpy_monitor_tag")
+    return tag if tag is not None else state.setdefault("_dfdpy_monitor_tag", next(_TAGS))
 
 
 def _top_stage_rows(record: QueryRecord) -> int | None:

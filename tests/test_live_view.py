@@ -150,6 +150,28 @@ def test_status_shows_workers_and_queries(data):
         assert cluster.urls[0] in (down[0].error or "")
 
 
+def test_a_new_context_shows_none_of_a_freed_one_s_queries():
+    """A context or cluster is shown its own queries only, even when it takes the place in
+    memory (and so the ``id()``) of one freed before it: the dashboard of a new cluster
+    showed an old one's finished query."""
+    import gc
+
+    places: set[int] = set()
+    reused = False
+    for i in range(20):
+        dctx = DistributedContext(SessionContext(), progress=False)
+        reused |= id(dctx) in places
+        places.add(id(dctx))
+        assert dctx.status().queries == [], "a query of a freed context"
+        dctx.sql(f"SELECT {i} AS x").collect()
+        assert [(q.sql, q.ran_on) for q in dctx.status().queries] == [
+            (f"SELECT {i} AS x", "workers")
+        ]
+        del dctx
+        gc.collect()
+    assert reused, "no context took a freed one's place in memory: the case went untested"
+
+
 def test_dashboard_needs_its_token_and_stays_local():
     ctx = SessionContext()
     with LocalCluster(1) as cluster:
