@@ -167,11 +167,13 @@ def owner_tag(owner: object) -> int | None:
     for an object without attributes (a list of URLs), which has no dashboard. Not ``id()``:
     a freed object's id is given to the next, and a new cluster would show an old one's
     queries."""
-    state = getattr(owner, "__dict__", None)
+    state: dict[str, Any] | None = getattr(owner, "__dict__", None)
     if state is None:
         return None
-    tag = state.get("_dfdpy_monitor_tag")
-    return tag if tag is not None else state.setdefault("_dfdpy_monitor_tag", next(_TAGS))
+    tag: int | None = state.get("_dfdpy_monitor_tag")
+    if tag is None:
+        tag = state.setdefault("_dfdpy_monitor_tag", next(_TAGS))
+    return tag
 
 
 def _top_stage_rows(record: QueryRecord) -> int | None:
