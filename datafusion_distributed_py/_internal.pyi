@@ -132,6 +132,23 @@ class Coordinator:
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""
+    def insert(
+        self,
+        table: KeptTable,
+        plan_bytes: bytes,
+        codec: object,
+        options: dict[str, str],
+        stores: Sequence[_StoreSpec] = ...,
+        progress: Callable[..., None] | None = None,
+        session: object | None = None,
+        min_workers: int = 1,
+        max_retries: int = 1,
+        table_scans: Sequence[bytes] = ...,
+        stall_timeout: float | None = None,
+        window_filters: Sequence[bytes] = ...,
+    ) -> KeptInsert:
+        """``INSERT INTO table`` of a plan as ``distribute`` takes it: a table provider whose
+        every scan runs the insert on the workers once and gives its count."""
 
 #: ``(metric, value, timestamp_ns, partition, labels)``
 _MetricRow = tuple[str, int | None, int | None, int | None, dict[str, str]]
@@ -306,6 +323,21 @@ class KeptTable:
         """Where its rows are: ``holder``, ``parts``, ``rows``, ``bytes``, ``on_disk_bytes``."""
         ...
     def __datafusion_table_provider__(self, session: Any) -> object: ...
+
+@final
+class KeptInsert:
+    """A distributed ``INSERT INTO`` a kept table, as a table of its count."""
+
+    def __datafusion_table_provider__(self, session: Any) -> object: ...
+
+def kept_table(id: str) -> KeptTable | None:
+    """The kept table whose id is ``id``, while it is held."""
+    ...
+
+def append_exec_prefix() -> str:
+    """How the physical plan of an ``INSERT`` into a kept table names its root (the table's
+    id follows)."""
+    ...
 
 def distributed_setting(sql: str, session: Any) -> tuple[str, str] | None:
     """``(key, value)`` when ``sql`` is one ``SET distributed.<key> = <value>`` statement, as

@@ -17,7 +17,7 @@ from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
 from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain, TableScan
 from datafusion.unparser import Dialect, Unparser
 
-from datafusion_distributed_py import _internal, object_stores
+from datafusion_distributed_py import _internal, kept_dml, object_stores
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dashboard import Dashboard
@@ -258,6 +258,10 @@ class DistributedContext:
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(variant, EmptyRelation):
             return df
+        if isinstance(variant, DmlStatement) and kept_dml.is_append(variant):
+            into = kept_dml.kept_target(df)
+            if into is not None:
+                return self._insert_into_kept(into, plan, df, query.strip())
         if isinstance(variant, (Explain, Analyze)):
             (explained,) = plan.inputs()
             inner = self._ctx.create_dataframe_from_logical_plan(explained)
@@ -691,6 +695,24 @@ class DistributedContext:
         if kept is None:
             return self._distribute(df.cache(), f"{sql} \u2192 cache()")
         return self._lazy(self._ctx.read_table(kept), f"{sql} \u2192 cache()")
+
+    def _insert_into_kept(
+        self, into: _internal.KeptTable, plan: LogicalPlan, single_node: DataFrame, sql: str
+    ) -> DataFrame:
+        """``INSERT INTO`` a kept table: a frame whose every run runs the statement's input on
+        the workers, each task keeping its rows as the table's where it ran (none pass through
+        here), and gives the count; the rows join the table at once when all are held. An
+        input that cannot be distributed runs single-node (``single_node``, warned about as
+        for any query), its rows sent to the workers."""
+        (input_plan,) = plan.inputs()  # the rows as the table takes them: cast, reordered
+        rows = self._ctx.create_dataframe_from_logical_plan(input_plan)
+        feed = Feed(f"insert into {into.name}: {sql}", (self, self._workers), self._progress)
+        try:
+            _, request = self._request(rows, feed)
+        except UnsupportedPlanError as e:
+            self._source_error(e, rows)  # warns, or raises under fallback="error"
+            return single_node
+        return self._ctx.read_table(self._coordinator.insert(into, **request))
 
     def _create_table_as(
         self, sql: str, name: str, select: str, or_replace: bool, if_not_exists: bool

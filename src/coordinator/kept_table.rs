@@ -17,20 +17,20 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{exec_datafusion_err, not_impl_err, Result, SchemaExt};
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
+use super::kept_append::AppendExec;
+use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::table::DistributedTable;
 use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op, ReadBack};
@@ -39,23 +39,53 @@ use crate::runtime;
 pub struct KeptTable {
     pub id: Uuid,
     /// Itself, for the scans it makes to read their parts back through.
-    me: Weak<KeptTable>,
+    pub(super) me: Weak<KeptTable>,
     pub name: String,
-    schema: SchemaRef,
-    parts: Mutex<Vec<KeptPart>>,
-    planner: Arc<ClusterPlanner>,
+    pub(super) schema: SchemaRef,
+    /// Its parts and the inserts they came from, changed whole under this one lock: a reader
+    /// takes them at once, so it sees the table before or after an `INSERT`, never part of
+    /// one.
+    pub(super) state: Mutex<State>,
+    pub(super) planner: Arc<ClusterPlanner>,
     /// The query that made the parts (with `keep` set): run again to make lost ones.
-    lineage: Arc<PlanRequest>,
+    pub(super) lineage: Arc<PlanRequest>,
+    /// What that query read (run again only while its sources are as they were).
+    sources: Sources,
     /// The coordinator's own rows it was made from, when it started there (an in-memory
     /// table): what was sent, sent again to remake lost parts, and what single-node reads
     /// here.
     original: Option<Vec<RecordBatch>>,
-    /// Rows `INSERT` appended, each insert's under a store id of its own: kept on the workers
-    /// as the rest, and held here too (sent again if a worker is lost; read here by
-    /// single-node).
-    appended: Mutex<Vec<(Uuid, Vec<RecordBatch>)>>,
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     stale: AtomicBool,
+    /// Held while lost parts are made again, so that two queries finding them lost remake
+    /// them once.
+    remaking: tokio::sync::Mutex<()>,
+}
+
+/// A kept table's parts, and the inserts some of them came from.
+#[derive(Default)]
+pub(super) struct State {
+    /// Every part: the keeping query's, and each insert's (under its store id).
+    pub parts: Vec<KeptPart>,
+    /// The inserts, in order.
+    pub appended: Vec<Appended>,
+}
+
+/// What one `INSERT` appended: its parts are held under store id `id`.
+pub(super) struct Appended {
+    pub id: Uuid,
+    pub source: AppendSource,
+}
+
+/// Where an insert's rows came from, to make its parts again when a holder is lost.
+#[derive(Clone)]
+pub(super) enum AppendSource {
+    /// Rows the coordinator computed (`ctx.sql`'s single-node INSERT) and sent: held here
+    /// too, sent again, and read here by single-node.
+    Rows(Vec<RecordBatch>),
+    /// A query run on the workers (`DistributedContext.sql`'s INSERT), whose tasks kept
+    /// their rows where they ran: run again while what it read is as it was.
+    Query(Arc<PlanRequest>, Sources),
 }
 
 impl std::fmt::Debug for KeptTable {
@@ -92,18 +122,23 @@ impl KeptTable {
             Some((schema, rows)) => (Some(rows), Some(schema)),
             None => (None, None),
         };
-        let (parts, schema) = make_parts(&planner, &lineage, id, original.as_deref(), rows).await?;
+        let made = make_parts(&planner, &lineage, id, (original.as_deref(), rows), None);
+        let (parts, schema, sources) = made.await?;
         let table = Arc::new_cyclic(|me| Self {
             id,
             me: me.clone(),
             name,
             schema,
-            parts: Mutex::new(parts),
+            state: Mutex::new(State {
+                parts,
+                appended: Vec::new(),
+            }),
             planner,
             lineage,
+            sources,
             original,
-            appended: Mutex::default(),
             stale: AtomicBool::new(false),
+            remaking: tokio::sync::Mutex::new(()),
         });
         let weak: Weak<dyn KeptSource> = Arc::downgrade(&table) as _;
         kept::register(id, weak);
@@ -117,9 +152,9 @@ impl KeptTable {
 
     /// Where its rows are: one share per holder.
     pub fn shares(&self) -> Vec<HolderShare> {
-        let parts = self.parts.lock().expect("poisoned");
+        let state = self.state.lock().expect("poisoned");
         let mut shares: Vec<HolderShare> = Vec::new();
-        for p in parts.iter() {
+        for p in state.parts.iter() {
             let holder = holder_name(p, self.planner.is_embedded());
             let i = match shares.iter().position(|s| s.holder == holder) {
                 Some(i) => i,
@@ -143,14 +178,21 @@ impl KeptTable {
     /// The parts now, made again first when one of their holders is not among `workers` or
     /// was found not to hold them.
     async fn parts_now(&self, workers: &[Url]) -> Result<Vec<KeptPart>> {
-        let parts = self.parts.lock().expect("poisoned").clone();
-        let listed = |p: &KeptPart| match &p.holder {
-            Some(h) => workers.iter().any(|w| w.as_str() == h),
-            None => true,
+        let all_held = || {
+            let parts = self.state.lock().expect("poisoned").parts.clone();
+            let listed = |p: &KeptPart| match &p.holder {
+                Some(h) => workers.iter().any(|w| w.as_str() == h),
+                None => true,
+            };
+            let lost = !self.planner.is_embedded() && !parts.iter().all(listed);
+            (!lost && !self.stale.load(Ordering::Relaxed)).then_some(parts)
         };
-        let lost = !self.planner.is_embedded() && !parts.iter().all(listed);
-        if !lost && !self.stale.load(Ordering::Relaxed) {
+        if let Some(parts) = all_held() {
             return Ok(parts);
+        }
+        let _one_at_a_time = self.remaking.lock().await;
+        if let Some(parts) = all_held() {
+            return Ok(parts); // made again by the query that held the lock before
         }
         log::warn!(
             "kept table {}: a worker holding its parts was lost; making them again from the \
@@ -161,21 +203,51 @@ impl KeptTable {
         free_everywhere(&self.planner, &self.lineage, self.id).await;
         let rows = self.original.as_deref();
         let schema = Some(Arc::clone(&self.schema));
-        let (parts, _) = make_parts(&self.planner, &self.lineage, self.id, rows, schema)
-            .await
-            .map_err(|e| {
-                exec_datafusion_err!(
-                    "kept table {} lost parts with a worker, and making them again failed: {e}",
-                    self.name
-                )
-            })?;
-        let mut parts = parts;
-        let appended = self.appended.lock().expect("poisoned").clone();
-        for (id, rows) in &appended {
-            free_everywhere(&self.planner, &self.lineage, *id).await;
-            parts.extend(self.send_appended(*id, rows).await?);
-        }
-        *self.parts.lock().expect("poisoned") = parts.clone();
+        let remade = async {
+            let expect = Some((self.name.as_str(), &self.sources));
+            let made = make_parts(
+                &self.planner,
+                &self.lineage,
+                self.id,
+                (rows, schema),
+                expect,
+            );
+            let (mut parts, _, _) = made.await?;
+            let sources: Vec<(Uuid, AppendSource)> = {
+                let state = self.state.lock().expect("poisoned");
+                state
+                    .appended
+                    .iter()
+                    .map(|a| (a.id, a.source.clone()))
+                    .collect()
+            };
+            let mut remade_ids = Vec::new();
+            for (id, source) in sources {
+                free_everywhere(&self.planner, &self.lineage, id).await;
+                let expect = match &source {
+                    AppendSource::Query(_, sources) => Some((self.name.as_str(), sources)),
+                    AppendSource::Rows(_) => None,
+                };
+                parts.extend(self.make_appended(id, &source, expect).await?.0);
+                remade_ids.push(id);
+            }
+            Ok::<_, datafusion::error::DataFusionError>((parts, remade_ids))
+        };
+        let (mut parts, remade_ids) = remade.await.map_err(|e| {
+            exec_datafusion_err!(
+                "kept table {} lost parts with a worker, and making them again failed: {e}",
+                self.name
+            )
+        })?;
+        let mut state = self.state.lock().expect("poisoned");
+        // Inserts committed while this ran keep the parts they made.
+        let table = self.id;
+        let newer = |p: &&KeptPart| {
+            let id = p.store_id(table);
+            id != table && !remade_ids.contains(&id)
+        };
+        parts.extend(state.parts.iter().filter(newer).cloned());
+        state.parts = parts.clone();
         self.stale.store(false, Ordering::Relaxed);
         Ok(parts)
     }
@@ -184,19 +256,25 @@ impl KeptTable {
         // Single-node reads what this process holds whole, each as one partition standing for
         // it (a distributed query is given the parts themselves, see `kept::resolve`): the
         // original rows of an in-memory table, and each insert's rows.
+        let state = self.state.lock().expect("poisoned");
         let mut parts = match self.original {
             Some(_) => vec![KeptPart::whole(None)],
             None => {
-                let parts = self.parts.lock().expect("poisoned");
-                parts
-                    .iter()
-                    .filter(|p| p.store.is_none())
-                    .cloned()
-                    .collect()
+                let own = state.parts.iter().filter(|p| p.store.is_none());
+                own.cloned().collect()
             }
         };
-        let appended = self.appended.lock().expect("poisoned");
-        parts.extend(appended.iter().map(|(id, _)| KeptPart::whole(Some(*id))));
+        for a in &state.appended {
+            match &a.source {
+                AppendSource::Rows(_) => parts.push(KeptPart::whole(Some(a.id))),
+                AppendSource::Query(..) => {
+                    let id = Some(a.id.to_string());
+                    let its = state.parts.iter().filter(|p| p.store == id);
+                    parts.extend(its.cloned());
+                }
+            }
+        }
+        drop(state);
         KeptScanExec::new(
             self.id,
             self.name.clone(),
@@ -215,6 +293,10 @@ impl KeptSource for KeptTable {
 
     fn mark_stale(&self) {
         self.stale.store(true, Ordering::Relaxed);
+    }
+
+    fn version(&self) -> u64 {
+        self.state.lock().expect("poisoned").appended.len() as u64
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
@@ -238,27 +320,33 @@ fn holder_name(p: &KeptPart, embedded: bool) -> String {
     }
 }
 
-/// Runs a keeping request: the parts its tasks hold, and their schema.
+/// Parts a run made, their rows' schema, and what it read to make them.
+pub(super) type Made = (Vec<KeptPart>, SchemaRef, Sources);
+
+/// What a run making parts again must find its sources as: those of the run that made them
+/// first, for the table named.
+pub(super) type Expect<'a> = Option<(&'a str, &'a Sources)>;
+
 /// Makes a table's parts: runs its query (`lineage`), or sends the coordinator's `original`
 /// rows (of `schema`) in runs of about [`SEND_BYTES`] each, so that what is being sent is
 /// never a copy of the whole table at once.
-async fn make_parts(
+pub(super) async fn make_parts(
     planner: &Arc<ClusterPlanner>,
     lineage: &PlanRequest,
     table: Uuid,
-    original: Option<&[RecordBatch]>,
-    schema: Option<SchemaRef>,
-) -> Result<(Vec<KeptPart>, SchemaRef)> {
+    (original, schema): (Option<&[RecordBatch]>, Option<SchemaRef>),
+    expect: Expect<'_>,
+) -> Result<Made> {
     let (Some(rows), Some(schema)) = (original, schema) else {
-        return run_keeping(planner, &Arc::new(lineage.keeping(table, 0))).await;
+        return run_keeping(planner, &Arc::new(lineage.keeping(table, 0)), expect).await;
     };
     let mut parts = Vec::new();
     for (i, run) in runs(rows, SEND_BYTES).into_iter().enumerate() {
         let scan = MemorySourceConfig::try_new_exec(&[run], Arc::clone(&schema), None)?;
         let request = lineage.running_plan(scan).keeping(table, (i as u32) << 16);
-        parts.extend(run_keeping(planner, &Arc::new(request)).await?.0);
+        parts.extend(run_keeping(planner, &Arc::new(request), None).await?.0);
     }
-    Ok((parts, schema))
+    Ok((parts, schema, Sources::default()))
 }
 
 /// How much of an in-memory table one run sends.
@@ -287,20 +375,75 @@ fn runs(rows: &[RecordBatch], bytes: usize) -> Vec<Vec<RecordBatch>> {
     runs
 }
 
-/// Runs a keeping request: the parts its tasks hold, and their schema.
-async fn run_keeping(
+/// Runs a keeping request: the parts its tasks hold, their schema and its sources; first
+/// checking, when it makes parts again (`expect`), that it reads what the first run read.
+pub(super) async fn run_keeping(
     planner: &Arc<ClusterPlanner>,
     request: &Arc<PlanRequest>,
-) -> Result<(Vec<KeptPart>, SchemaRef)> {
+    expect: Expect<'_>,
+) -> Result<Made> {
     let planned = planner.plan(request, 1).await?;
     let schema = planned
         .kept_schema
         .clone()
         .ok_or_else(|| exec_datafusion_err!("a keeping run without its rows' schema"))?;
+    let sources = planned.sources.clone();
+    if let Some((table, first)) = expect {
+        first
+            .check_unchanged(table, &sources, &planned.task_ctx)
+            .await?;
+    }
     let rows = run_planned(Arc::clone(planner), Arc::clone(request), planned).await?;
     let batches: Vec<RecordBatch> = rows.try_collect().await?;
-    Ok((parts_of(&batches)?, schema))
+    let mut parts = parts_of(&batches)?;
+    let own = store::PROCESS.to_string();
+    if !planner.is_embedded() && parts.iter().any(|p| p.process == own) {
+        let rows_schema = request
+            .keep_as
+            .clone()
+            .unwrap_or_else(|| Arc::clone(&schema));
+        parts = move_to_workers(planner, request, parts, rows_schema).await?;
+    }
+    Ok((parts, schema, sources))
 }
+
+/// Where a run's rows met on the coordinator (its last stage runs there: a `LIMIT`, an
+/// order, one row), the parts it kept there sent on to the workers, so that a table's
+/// rows are all held by workers: read where they are, never inlined into each query's plan,
+/// and one kind of part whatever statement made it.
+async fn move_to_workers(
+    planner: &Arc<ClusterPlanner>,
+    request: &PlanRequest,
+    parts: Vec<KeptPart>,
+    schema: SchemaRef,
+) -> Result<Vec<KeptPart>> {
+    let super::planner::Role::Keep { table, .. } = request.role else {
+        return Ok(parts);
+    };
+    let own = store::PROCESS.to_string();
+    let (here, mut there): (Vec<KeptPart>, Vec<KeptPart>) =
+        parts.into_iter().partition(|p| p.process == own);
+    let mut rows = Vec::new();
+    for p in &here {
+        let held = store::get(table, (p.task, p.partition))
+            .ok_or_else(|| exec_datafusion_err!("a part kept on the coordinator is gone"))?;
+        rows.extend(held?);
+    }
+    store::free(table);
+    let scan = MemorySourceConfig::try_new_exec(&[rows], Arc::clone(&schema), None)?;
+    let mut send = request.running_plan(scan).keeping(table, MOVED);
+    send.keep_as = Some(schema);
+    let send = Arc::new(send);
+    let planned = planner.plan(&send, 1).await?;
+    let summary = run_planned(Arc::clone(planner), send, planned).await?;
+    let summary: Vec<RecordBatch> = summary.try_collect().await?;
+    there.extend(parts_of(&summary)?);
+    Ok(there)
+}
+
+/// The task numbers of parts moved from the coordinator start here (clear of the runs that
+/// send an in-memory table, numbered `i << 16`).
+const MOVED: u32 = 1 << 24;
 
 /// Runs `request` on the cluster (with the query-level retry) and gathers its rows.
 async fn run(
@@ -347,7 +490,11 @@ fn internal_request(base: &PlanRequest, plan: Arc<dyn ExecutionPlan>) -> Result<
 }
 
 /// Frees `table`'s parts on every worker (and in this process).
-async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, table: Uuid) {
+pub(super) async fn free_everywhere(
+    planner: &Arc<ClusterPlanner>,
+    base: &PlanRequest,
+    table: Uuid,
+) {
     store::free(table);
     if planner.is_embedded() {
         return;
@@ -392,13 +539,8 @@ async fn free_everywhere(planner: &Arc<ClusterPlanner>, base: &PlanRequest, tabl
 impl Drop for KeptTable {
     fn drop(&mut self) {
         kept::unregister(self.id);
-        let appended: Vec<Uuid> = self
-            .appended
-            .get_mut()
-            .expect("poisoned")
-            .iter()
-            .map(|(id, _)| *id)
-            .collect();
+        let state = self.state.get_mut().expect("poisoned");
+        let appended: Vec<Uuid> = state.appended.iter().map(|a| a.id).collect();
         let (planner, lineage, id) = (
             Arc::clone(&self.planner),
             Arc::clone(&self.lineage),
@@ -429,11 +571,15 @@ impl ReadBack for FromHolders {
         };
         if let Some(id) = whole {
             // Rows this process holds: the original, or an insert's.
-            let appended = table.appended.lock().expect("poisoned");
-            let held = match appended.iter().find(|(a, _)| *a == id) {
-                Some((_, rows)) => rows.clone(),
-                None => table.original.clone().unwrap_or_default(),
+            let state = table.state.lock().expect("poisoned");
+            let held = match state.appended.iter().find(|a| a.id == id) {
+                Some(Appended {
+                    source: AppendSource::Rows(rows),
+                    ..
+                }) => rows.clone(),
+                _ => table.original.clone().unwrap_or_default(),
             };
+            drop(state);
             let rows = held
                 .iter()
                 .map(|b| match &scan.projection {
@@ -451,63 +597,6 @@ impl ReadBack for FromHolders {
     }
 }
 
-impl KeptTable {
-    /// Sends `batches` to the workers as parts of their own, appended to the table.
-    async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
-        let id = Uuid::new_v4();
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let parts = self.send_appended(id, &batches).await?;
-        self.appended.lock().expect("poisoned").push((id, batches));
-        self.parts.lock().expect("poisoned").extend(parts);
-        Ok(rows)
-    }
-
-    /// The parts made of appended `rows` kept under store id `id`.
-    async fn send_appended(&self, id: Uuid, rows: &[RecordBatch]) -> Result<Vec<KeptPart>> {
-        let schema = Some(Arc::clone(&self.schema));
-        let (mut parts, _) =
-            make_parts(&self.planner, &self.lineage, id, Some(rows), schema).await?;
-        for part in &mut parts {
-            part.store = Some(id.to_string());
-        }
-        Ok(parts)
-    }
-}
-
-/// `INSERT INTO` a kept table: the rows are sent to the workers, appended as parts of their
-/// own.
-#[derive(Debug)]
-struct AppendSink {
-    table: Weak<KeptTable>,
-    schema: SchemaRef,
-}
-
-impl DisplayAs for AppendSink {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "AppendSink: kept table")
-    }
-}
-
-#[async_trait]
-impl DataSink for AppendSink {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    async fn write_all(
-        &self,
-        data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
-    ) -> Result<u64> {
-        let batches: Vec<RecordBatch> = data.try_collect().await?;
-        let table = self
-            .table
-            .upgrade()
-            .ok_or_else(|| exec_datafusion_err!("the kept table was dropped"))?;
-        table.append(batches).await
-    }
-}
-
 #[async_trait]
 impl TableProvider for KeptTable {
     async fn insert_into(
@@ -521,11 +610,7 @@ impl TableProvider for KeptTable {
         if op != InsertOp::Append {
             return not_impl_err!("{op} not implemented for a kept table ({})", self.name);
         }
-        let sink = AppendSink {
-            table: self.me.clone(),
-            schema: Arc::clone(&self.schema),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+        Ok(Arc::new(AppendExec::new(self.me.clone(), input)))
     }
 
     fn schema(&self) -> SchemaRef {

@@ -4,11 +4,14 @@
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
 //! datafusion-python as a table (`table`, `root`), its run's metrics per operator
 //! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`); results kept
-//! on the workers are tables of its own (`kept_table`).
+//! on the workers are tables of its own (`kept_table`), which `INSERT` appends to
+//! (`kept_append`).
 mod distribute;
 mod empty_batches;
 mod handshake;
+mod kept_append;
 mod kept_table;
+mod lineage;
 mod live;
 mod operator_metrics;
 mod planner;
@@ -22,6 +25,7 @@ mod table;
 mod task_log;
 mod tracking;
 
+pub use kept_append::{InsertProvider, APPEND_EXEC};
 pub use kept_table::{all_kept_tables, KeptTable};
 pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest, Role};

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::common::stats::Precision;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, SchemaExt};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
@@ -22,6 +22,7 @@ use url::Url;
 
 use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
+use super::lineage::Sources;
 use super::live::{busy, tasks_of, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
 use super::subqueries;
@@ -85,6 +86,9 @@ pub struct PlanRequest {
     pub stall_timeout: Option<std::time::Duration>,
     /// What the run is for: a query's rows, rows kept on the workers, or our own work.
     pub role: Role,
+    /// With `Role::Keep`: the schema of the table the rows join (`INSERT`), which they are
+    /// held as (see `KeepExec`); None for a new table, held as the query's rows.
+    pub keep_as: Option<datafusion::arrow::datatypes::SchemaRef>,
 }
 
 /// What a run of a [`PlanRequest`] is for.
@@ -110,6 +114,18 @@ impl PlanRequest {
         kept
     }
 
+    /// This request, run to append its rows to the kept table of `schema` as the parts held
+    /// under store id `id`.
+    pub fn appending(
+        &self,
+        id: uuid::Uuid,
+        schema: datafusion::arrow::datatypes::SchemaRef,
+    ) -> Self {
+        let mut kept = self.keeping(id, 0);
+        kept.keep_as = Some(schema);
+        kept
+    }
+
     /// A request for `plan` (made here) with this request's settings and no progress.
     pub fn running_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Self {
         let mut request = self.running(Vec::new());
@@ -126,6 +142,7 @@ impl PlanRequest {
         detached.compressed_tables = self.compressed_tables.clone();
         detached.window_filters = self.window_filters.clone();
         detached.role = self.role;
+        detached.keep_as = self.keep_as.clone();
         detached.keep_alive = None;
         detached
     }
@@ -149,6 +166,7 @@ impl PlanRequest {
             live_interval: std::time::Duration::ZERO,
             stall_timeout: self.stall_timeout,
             role: Role::Internal,
+            keep_as: None,
         }
     }
 }
@@ -166,6 +184,8 @@ pub struct Planned {
     pub exact_rows: Option<usize>,
     /// For a run that keeps its rows: their schema (the plan's own is the tasks' summary).
     pub kept_schema: Option<datafusion::arrow::datatypes::SchemaRef>,
+    /// The data it reads (files, kept tables) as it was when planned.
+    pub sources: Sources,
 }
 
 pub struct ClusterPlanner {
@@ -344,8 +364,11 @@ impl ClusterPlanner {
                 ))
             })?,
         };
+        let mut sources = Sources::default();
         if req.role != Role::Internal {
-            plan = kept::resolve(plan, &urls, self.is_embedded()).await?;
+            let (resolved, kept_reads) = kept::resolve(plan, &urls, self.is_embedded()).await?;
+            plan = resolved;
+            sources = Sources::of(&plan, kept_reads);
         }
         check_functions(&req.codec.by_name(), &urls, &functions)?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
@@ -384,7 +407,11 @@ impl ClusterPlanner {
         let mut kept_schema = None;
         if let Role::Keep { table, task_base } = req.role {
             kept_schema = Some(plan.schema());
-            plan = kept::keep_on_workers(plan, table, task_base, urls.clone());
+            let target = req.keep_as.clone();
+            if let Some(target) = &target {
+                target.logically_equivalent_names_and_types(&plan.schema())?;
+            }
+            plan = kept::keep_on_workers(plan, table, task_base, urls.clone(), target);
         }
         let (plan, task_ctx) = distribute_plan(plan, state).await?;
         log::info!("planned a distributed query over {workers} workers");
@@ -395,6 +422,7 @@ impl ClusterPlanner {
             workers: resolved,
             exact_rows,
             kept_schema,
+            sources,
         })
     }
 

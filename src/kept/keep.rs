@@ -41,6 +41,10 @@ pub struct KeepExec {
     task_base: u32,
     /// The workers the stage's tasks go to, task `i` to `workers[i % len]`.
     workers: Vec<Url>,
+    /// The table's schema, when the rows join an existing table (`INSERT`): each batch is
+    /// held as that schema's, its types cast and its non-null columns checked, as
+    /// DataFusion's own sinks check them.
+    target: Option<SchemaRef>,
     properties: Arc<PlanProperties>,
 }
 
@@ -107,8 +111,9 @@ pub fn keep_on_workers(
     table: Uuid,
     task_base: u32,
     workers: Vec<Url>,
+    target: Option<SchemaRef>,
 ) -> Arc<dyn ExecutionPlan> {
-    let keep = Arc::new(KeepExec::new(plan, table, task_base, workers));
+    let keep = Arc::new(KeepExec::new(plan, table, task_base, workers, target));
     Arc::new(CoalescePartitionsExec::new(keep))
 }
 
@@ -118,6 +123,7 @@ impl KeepExec {
         table: Uuid,
         task_base: u32,
         workers: Vec<Url>,
+        target: Option<SchemaRef>,
     ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(summary_schema()),
@@ -130,6 +136,7 @@ impl KeepExec {
             table,
             task_base,
             workers,
+            target,
             properties: Arc::new(properties),
         }
     }
@@ -186,13 +193,61 @@ pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result
     let keep = node.downcast_ref::<KeepExec>()?;
     buf.extend_from_slice(TAG);
     let workers: Vec<&str> = keep.workers.iter().map(Url::as_str).collect();
-    Some(
+    Some((|| {
+        let target = keep.target.as_deref().map(encode_schema).transpose()?;
         serde_json::to_writer(
             &mut *buf,
-            &(keep.table.to_string(), keep.task_base, workers),
+            &(keep.table.to_string(), keep.task_base, workers, target),
         )
-        .map_err(|e| exec_datafusion_err!("encoding KeepExec: {e}")),
-    )
+        .map_err(|e| exec_datafusion_err!("encoding KeepExec: {e}"))
+    })())
+}
+
+fn encode_schema(schema: &Schema) -> Result<String> {
+    use base64::Engine;
+    let proto = datafusion_proto::protobuf::Schema::try_from(schema)?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(prost::Message::encode_to_vec(&proto)))
+}
+
+fn decode_schema(text: &str) -> Result<SchemaRef> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
+    let proto: datafusion_proto::protobuf::Schema = prost::Message::decode(bytes.as_slice())
+        .map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
+    Ok(Arc::new(Schema::try_from(&proto)?))
+}
+
+/// `batch` as a batch of `target` (a table's schema): its columns cast where only their
+/// types' encodings differ, and refused where a non-null column holds nulls.
+pub fn conform(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema() == *target {
+        return Ok(batch);
+    }
+    if batch.num_columns() != target.fields().len() {
+        return Err(exec_datafusion_err!(
+            "rows of {} columns cannot join a table of {}",
+            batch.num_columns(),
+            target.fields().len()
+        ));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(target.fields())
+        .map(|(c, f)| match c.data_type() == f.data_type() {
+            true => Ok(Arc::clone(c)),
+            false => datafusion::arrow::compute::cast(c, f.data_type()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options =
+        datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(target),
+        columns,
+        &options,
+    )?)
 }
 
 pub fn decode(
@@ -201,15 +256,17 @@ pub fn decode(
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     let rest = buf.strip_prefix(TAG)?;
     Some((|| {
-        let (table, task_base, workers): (String, u32, Vec<String>) =
+        type Fields = (String, u32, Vec<String>, Option<String>);
+        let (table, task_base, workers, target): Fields =
             serde_json::from_slice(rest).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
+        let target = target.as_deref().map(decode_schema).transpose()?;
         let table = Uuid::parse_str(&table).map_err(|e| exec_datafusion_err!("KeepExec: {e}"))?;
         let workers = workers
             .iter()
             .map(|w| Url::parse(w).map_err(|e| exec_datafusion_err!("KeepExec: {e}")))
             .collect::<Result<_>>()?;
         let input = only(inputs, "KeepExec")?;
-        Ok(Arc::new(KeepExec::new(input, table, task_base, workers)) as _)
+        Ok(Arc::new(KeepExec::new(input, table, task_base, workers, target)) as _)
     })())
 }
 
@@ -224,7 +281,8 @@ impl ExecutionPlan for KeepExec {
         input,
         this.table,
         this.task_base,
-        this.workers.clone()
+        this.workers.clone(),
+        this.target.clone()
     ));
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -237,13 +295,23 @@ impl ExecutionPlan for KeepExec {
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let task = DistributedTaskContext::from_ctx(&ctx).task_index;
-        let holder = self.worker_of(task).map(Url::to_string);
+        // Where its stage reads kept parts, the task runs on their holder (`route_tasks`).
+        let holder = super::scan::holder_read_in(&self.input)
+            .or_else(|| self.worker_of(task).map(Url::to_string));
         let task = self.task_base as usize + task;
         let rows = self.input.execute(partition, Arc::clone(&ctx))?;
-        let (table, schema, input_schema) = (self.table, self.schema(), self.input.schema());
+        let (table, schema) = (self.table, self.schema());
+        let target = self.target.clone();
+        let input_schema = target.clone().unwrap_or_else(|| self.input.schema());
         let out = Arc::clone(&schema);
         let kept = futures::stream::once(async move {
-            let batches: Vec<RecordBatch> = rows.try_collect().await?;
+            let mut batches: Vec<RecordBatch> = rows.try_collect().await?;
+            if let Some(target) = &target {
+                batches = batches
+                    .into_iter()
+                    .map(|b| conform(b, target))
+                    .collect::<Result<_>>()?;
+            }
             let key = (task as u32, partition as u32);
             let size = store::put(table, key, input_schema, batches, &ctx)?;
             let col = |v: u64| Arc::new(UInt64Array::from(vec![v])) as ArrayRef;

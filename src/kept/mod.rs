@@ -13,8 +13,10 @@ mod registry;
 mod scan;
 pub mod store;
 
-pub use keep::{decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of, KeptPart};
-pub use registry::{all, mark_stale, register, resolve, unregister, KeptSource};
+pub use keep::{
+    conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of, KeptPart,
+};
+pub use registry::{all, mark_stale, register, resolve, unregister, KeptReads, KeptSource};
 pub use scan::{
     decode as decode_scan, encode as encode_scan, freed, route_tasks, scale_up, task_count,
     KeptScanExec, Op, ReadBack,

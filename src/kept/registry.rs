@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use url::Url;
@@ -25,6 +26,9 @@ pub trait KeptSource: Send + Sync {
     fn current_parts<'a>(&'a self, workers: &'a [Url]) -> BoxFuture<'a, Result<Vec<KeptPart>>>;
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     fn mark_stale(&self);
+    /// How many inserts it has taken: a run that read it reads the same rows again only at
+    /// the same version.
+    fn version(&self) -> u64;
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -54,14 +58,17 @@ pub fn all() -> Vec<Arc<dyn KeptSource>> {
     tables.values().filter_map(Weak::upgrade).collect()
 }
 
+/// The kept tables a plan reads, each at the version it read (see [`KeptSource::version`]).
+pub type KeptReads = Vec<(Uuid, u64)>;
+
 /// Gives each kept scan in `plan` its table's current parts (made again where lost), and
 /// turns the parts this process holds for a cluster of worker processes into an in-memory
-/// scan that travels inline.
+/// scan that travels inline. Also says which tables it read, at which version.
 pub async fn resolve(
     plan: Arc<dyn ExecutionPlan>,
     workers: &[Url],
     embedded: bool,
-) -> Result<Arc<dyn ExecutionPlan>> {
+) -> Result<(Arc<dyn ExecutionPlan>, KeptReads)> {
     let mut ids = Vec::new();
     plan.apply(|node| {
         if let Some(scan) = node.downcast_ref::<KeptScanExec>() {
@@ -72,15 +79,17 @@ pub async fn resolve(
         Ok(TreeNodeRecursion::Continue)
     })?;
     if ids.is_empty() {
-        return Ok(plan);
+        return Ok((plan, Vec::new()));
     }
     let mut current = HashMap::new();
+    let mut read = Vec::new();
     for id in ids {
         let Some(table) = get(&id) else {
             // Internal runs (reading back, freeing) name their parts themselves.
             continue;
         };
         let parts = table.current_parts(workers).await?;
+        read.push((id, table.version()));
         current.insert(id, parts);
     }
     let own = PROCESS.to_string();
@@ -91,28 +100,36 @@ pub async fn resolve(
         let Some(parts) = current.get(&scan.table) else {
             return Ok(Transformed::no(node));
         };
-        let here = !embedded && parts.iter().any(|p| p.process == own);
-        if !here {
-            let parts = parts.iter().map(|p| held_by_any(p, workers)).collect();
-            return Ok(Transformed::yes(Arc::new(scan.over(parts)?) as _));
+        // Rows this process kept (a result gathered here, such as an ordered one) travel
+        // inline; the rest are read where they are held. A table holds both when rows were
+        // inserted into a result gathered here.
+        let (here, held): (Vec<&KeptPart>, Vec<&KeptPart>) =
+            parts.iter().partition(|p| !embedded && p.process == own);
+        let held: Vec<KeptPart> = held.into_iter().map(|p| held_by_any(p, workers)).collect();
+        if here.is_empty() {
+            return Ok(Transformed::yes(Arc::new(scan.over(held)?) as _));
         }
-        // Rows this process kept (a result gathered here, such as an ordered one): inline.
         let mut batches = Vec::new();
-        for p in parts {
+        for p in here {
             let id = p.store_id(scan.table);
-            let held = store::get(id, (p.task, p.partition)).ok_or_else(|| {
+            let part = store::get(id, (p.task, p.partition)).ok_or_else(|| {
                 exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
             })??;
-            batches.push(held);
+            batches.push(part);
         }
         let mem = MemorySourceConfig::try_new_exec(
             &batches,
             Arc::clone(&scan.table_schema),
             scan.projection.clone(),
         )?;
-        Ok(Transformed::yes(mem as _))
+        if held.is_empty() {
+            return Ok(Transformed::yes(mem as _));
+        }
+        let elsewhere = Arc::new(scan.over(held)?) as Arc<dyn ExecutionPlan>;
+        let both = UnionExec::try_new(vec![mem as _, elsewhere])?;
+        Ok(Transformed::yes(both))
     })
-    .map(|t| t.data)
+    .map(|t| (t.data, read))
 }
 
 /// `part`, named as held by the first of `workers` when it names no holder (on the embedded

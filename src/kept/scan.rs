@@ -188,16 +188,17 @@ pub fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventR
     Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
 }
 
-/// Sends each task of a stage reading kept parts to the worker that holds them; `None` for
-/// every other stage (round-robin).
+/// Sends each task of a stage reading kept parts to the worker that holds them, and each
+/// task of a stage keeping rows (that reads none) round-robin over the keeping node's list;
+/// `None` for every other stage (round-robin). A stage that does both goes where its parts
+/// are read: its `KeepExec` then names the same worker as their holder.
 pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
     let mut pending = vec![ev.plan];
+    let mut keeping = None;
     while let Some(node) = pending.pop() {
         if let Some(keep) = node.downcast_ref::<super::keep::KeepExec>() {
             let urls = (0..ev.task_count).map(|t| keep.worker_of(t).cloned());
-            return urls
-                .collect::<Option<Vec<_>>>()
-                .map(|u| Ok(RouteTasksEventResponse::new(u)));
+            keeping = Some(urls.collect::<Option<Vec<_>>>());
         }
         if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() {
             if let Some(urls) = holders_of(leaf.variants()) {
@@ -212,6 +213,26 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
             continue;
         }
         // Another stage's plan is routed on its own.
+        if node.name().starts_with("Network") {
+            continue;
+        }
+        pending.extend(node.children());
+    }
+    keeping
+        .flatten()
+        .map(|u| Ok(RouteTasksEventResponse::new(u)))
+}
+
+/// The worker holding the kept parts read in `plan`'s stage (the task running it was sent
+/// there, see [`route_tasks`]), if it reads any.
+pub fn holder_read_in(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    let mut pending = vec![plan];
+    while let Some(node) = pending.pop() {
+        if let Some(scan) = node.downcast_ref::<KeptScanExec>() {
+            if let Some(holder) = scan.parts.iter().find_map(|p| p.holder.clone()) {
+                return Some(holder);
+            }
+        }
         if node.name().starts_with("Network") {
             continue;
         }

@@ -8,11 +8,13 @@ use pyo3::types::PyDict;
 
 use super::capsule::{self, import_session_codec, session_functions, session_settings};
 use super::errors::to_py_err;
+use super::kept_insert::KeptInsert;
 use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
 use super::security::SecuritySpec;
 use crate::coordinator::{
-    ClusterPlanner, DistributedTable, PlanRequest, ProgressSink, ProgressUpdate, Role,
+    ClusterPlanner, DistributedTable, InsertProvider, PlanRequest, ProgressSink, ProgressUpdate,
+    Role,
 };
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
@@ -238,6 +240,48 @@ impl Coordinator {
         })?;
         Ok(KeptTable { table })
     }
+
+    /// `INSERT INTO table <query>` with the query (its rows cast to the table's columns, as
+    /// datafusion plans an insert's input) run on the workers, each task keeping its rows
+    /// as the table's where it ran: a table whose every scan runs the insert once and
+    /// gives its count. The arguments past `table` are `distribute`'s.
+    #[pyo3(signature = (
+        table, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
+        min_workers = 1, max_retries = 1, table_scans = vec![], stall_timeout = None,
+        window_filters = vec![]
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn insert(
+        &self,
+        py: Python<'_>,
+        table: PyRef<'_, KeptTable>,
+        plan_bytes: &[u8],
+        codec: &Bound<'_, PyAny>,
+        options: HashMap<String, String>,
+        stores: Vec<(String, String, BTreeMap<String, String>)>,
+        progress: Option<Py<PyAny>>,
+        session: Option<Py<PyAny>>,
+        min_workers: usize,
+        max_retries: usize,
+        table_scans: Vec<Vec<u8>>,
+        stall_timeout: Option<f64>,
+        window_filters: Vec<Vec<u8>>,
+    ) -> PyResult<KeptInsert> {
+        let request = request(
+            py,
+            plan_bytes,
+            codec,
+            options,
+            stores,
+            progress,
+            session,
+            (min_workers, max_retries, false),
+            (0.0, stall_timeout),
+            (table_scans, window_filters),
+        )?;
+        let table = Arc::clone(&table.table);
+        Ok(KeptInsert::new(InsertProvider::new(table, request)))
+    }
 }
 
 /// A plan request as `distribute` and `keep` take it.
@@ -293,6 +337,7 @@ fn request(
         live_interval,
         stall_timeout,
         role: Role::Query,
+        keep_as: None,
     })
 }
 

@@ -51,6 +51,22 @@ impl KeptTable {
     }
 }
 
+/// The kept table whose id is `id`, while it is held.
+#[pyfunction]
+pub fn kept_table(id: &str) -> Option<KeptTable> {
+    let table = crate::coordinator::all_kept_tables()
+        .into_iter()
+        .find(|t| t.id.to_string() == id)?;
+    Some(KeptTable { table })
+}
+
+/// How the physical plan of an `INSERT` into a kept table names its root (the table's id
+/// follows), as `SessionContext.sql` plans it.
+#[pyfunction]
+pub fn append_exec_prefix() -> &'static str {
+    crate::coordinator::APPEND_EXEC
+}
+
 /// Each kept table still held: `(id, name, shares)`.
 pub type KeptRow<'py> = (String, String, Vec<Bound<'py, PyDict>>);
 

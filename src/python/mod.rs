@@ -10,6 +10,7 @@ mod coordinator;
 mod defaults;
 mod errors;
 mod health;
+mod kept_insert;
 mod kept_table;
 mod plan;
 mod security;
@@ -37,6 +38,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot_table::SnapshotTable>()?;
     m.add_class::<kept_table::KeptTable>()?;
     m.add_function(wrap_pyfunction!(kept_table::kept_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(kept_table::kept_table, m)?)?;
+    m.add_function(wrap_pyfunction!(kept_table::append_exec_prefix, m)?)?;
+    m.add_class::<kept_insert::KeptInsert>()?;
     m.add_function(wrap_pyfunction!(statement::create_table_as, m)?)?;
     m.add_class::<snapshot_table::WireCodec>()?;
     m.add_class::<snapshot_table::InMemoryTable>()?;
