@@ -54,10 +54,12 @@ def churn(data: Path, cycles: int) -> bool:
             print(f"cycle {i + 1:3d}: {rows:>9,} rows  {time.perf_counter() - start:5.1f} s  "
                   f"worker RSS MiB: {shown}", flush=True)  # fmt: skip
     base = levels[min(2, len(levels) - 1)]
-    growth = [(end - b) / 2**20 for b, end in zip(base, levels[-1])]
+    growth = [(end - b) / 2**20 for b, end in zip(base, levels[-1], strict=True)]
     ok = all(g <= 150 for g in growth)
+    verdict = "ok" if ok else "MISSED"
+    shown = ", ".join(f"{g:+.0f}" for g in growth)
     print(f"RSS after cycle {len(levels)} over its level after cycle 3, per worker (MiB): "
-          f"{', '.join(f'{g:+.0f}' for g in growth)}  (target <= +150: {'ok' if ok else 'MISSED'})")  # fmt: skip
+          f"{shown}  (target <= +150: {verdict})")  # fmt: skip
     return ok
 
 
@@ -87,8 +89,9 @@ def differential(data: Path, statements: int) -> bool:
                     total.by_kind[k] = total.by_kind.get(k, 0) + v
                 seed += 1
             took = time.perf_counter() - start
+            wrong = len(total.mismatches)
             print(f"{kind}: {total.statements} statements ({total.by_kind}) in {took:.0f} s, "
-                  f"{total.refused} refused by single-node, {len(total.mismatches)} mismatches")  # fmt: skip
+                  f"{total.refused} refused by single-node, {wrong} mismatches")  # fmt: skip
             for m in total.mismatches[:10]:
                 print(f"  #{m.index} {m.statement.sql}: {m.what}")
             ok = ok and not total.mismatches

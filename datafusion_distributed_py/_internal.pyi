@@ -129,6 +129,7 @@ class Coordinator:
         original: object | None = None,
         stall_timeout: float | None = None,
         window_filters: Sequence[bytes] = ...,
+        replacing: KeptTable | None = None,
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""
@@ -319,6 +320,10 @@ class KeptTable:
     def name(self) -> str: ...
     @property
     def id(self) -> str: ...
+    @property
+    def rows(self) -> int:
+        """Rows it holds now."""
+        ...
     def shares(self) -> list[dict[str, Any]]:
         """Where its rows are: ``holder``, ``parts``, ``rows``, ``bytes``, ``on_disk_bytes``."""
         ...
@@ -337,6 +342,13 @@ def kept_table(id: str) -> KeptTable | None:
 def append_exec_prefix() -> str:
     """How the physical plan of an ``INSERT`` into a kept table names its root (the table's
     id follows)."""
+    ...
+
+def delete_or_update(
+    sql: str, session: Any
+) -> tuple[str, str, str | None, list[tuple[str, str]]] | None:
+    """``(kind, table, where, assignments)`` when ``sql`` is one ``DELETE`` or ``UPDATE`` of
+    one table, as SQL text; None for anything else."""
     ...
 
 def distributed_setting(sql: str, session: Any) -> tuple[str, str] | None:

@@ -262,6 +262,11 @@ class DistributedContext:
             into = kept_dml.kept_target(df)
             if into is not None:
                 return self._insert_into_kept(into, plan, df, query.strip())
+        if isinstance(variant, DmlStatement):
+            rewrite = _internal.delete_or_update(query, self._ctx)
+            rewritten = self._rewrite_kept(*rewrite, df) if rewrite else None
+            if rewritten is not None:
+                return rewritten
         if isinstance(variant, (Explain, Analyze)):
             (explained,) = plan.inputs()
             inner = self._ctx.create_dataframe_from_logical_plan(explained)
@@ -713,6 +718,37 @@ class DistributedContext:
             self._source_error(e, rows)  # warns, or raises under fallback="error"
             return single_node
         return self._ctx.read_table(self._coordinator.insert(into, **request))
+
+    def _rewrite_kept(
+        self,
+        kind: str,
+        table: str,
+        where: str | None,
+        assignments: list[tuple[str, str]],
+        single_node: DataFrame,
+    ) -> DataFrame | None:
+        """``DELETE`` or ``UPDATE`` of a kept table: its new contents kept on the workers (a
+        query over the table as it is), registered in its place at once, and the count; None
+        when ``table`` is not a kept table. It runs when the statement is made."""
+        into = kept_dml.kept_table_named(self._ctx, table)
+        if into is None:
+            return None
+        sql, count = kept_dml.rewritten_contents(self._ctx, kind, table, where, dict(assignments))
+        feed = Feed(f"{kind} {into.name}: {sql}", (self, self._workers), self._progress)
+        try:
+            _, request = self._request(self._ctx.sql(sql), feed)
+            # The rows an UPDATE touches (a DELETE's are told by the rows it leaves).
+            touched = self._distribute(self._ctx.sql(count), count) if kind == "update" else None
+        except UnsupportedPlanError as e:
+            self._source_error(e, single_node)  # warns, or raises under fallback="error"
+            return single_node
+        matched = touched.to_pylist()[0]["n"] if touched is not None else 0
+        kept = self._coordinator.keep(into.name, **request, replacing=into)
+        if kind == "delete":
+            matched = into.rows - kept.rows  # `into` is retired now: its rows stay as read
+        self._ctx.deregister_table(table)
+        self._ctx.register_table(table, kept)
+        return self._ctx.from_arrow(pa.table({"count": pa.array([matched], pa.uint64())}))
 
     def _create_table_as(
         self, sql: str, name: str, select: str, or_replace: bool, if_not_exists: bool

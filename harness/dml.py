@@ -1,5 +1,5 @@
 """A differential DML run: random sequences of ``CREATE TABLE AS`` / ``INSERT INTO`` /
-``DROP TABLE`` over TPC-H, applied single-node and through ``DistributedContext``, with every
+``DELETE`` / ``UPDATE`` / ``DROP TABLE`` over TPC-H, applied single-node and through ``DistributedContext``, with every
 touched table compared after every statement.
 
 Kept tables are storage: the one thing they must never do is lose (or invent) a row. So each
@@ -8,7 +8,8 @@ statement runs twice — on a plain ``SessionContext`` (in-memory tables) and on
 read on both and compared by count and integer checksums: read distributed (``dctx.sql``) and
 single-node (``ctx.sql``, which reads the kept rows back). An ``INSERT`` runs through
 ``dctx.sql`` (its input on the workers) or through ``ctx.sql`` (its input single-node, the rows
-sent), chosen by the generator, and must report single-node's count. A statement single-node
+sent), chosen by the generator, and must report single-node's count; so must a ``DELETE`` and
+an ``UPDATE`` (through ``dctx.sql``: ``ctx.sql`` cannot reach a kept table's rows to rewrite). A statement single-node
 refuses must be refused too, and change nothing.
 
 The sources cover the shapes whose rows arrive in many partitions or in one: filters,
@@ -42,12 +43,15 @@ CONFIG = DistributedConfig(fallback="error", file_scan_config_bytes_per_partitio
 COLUMNS = ("a", "b", "q")
 TABLES = ("t0", "t1", "t2", "t3")
 #: What is compared: exact integer aggregates, so that the order rows arrive in cannot matter.
-CHECK = "SELECT count(*) AS n, sum(a) AS sa, sum(b) AS sb, sum(q) AS sq, sum(a * 7 + b % 13 - q) AS mix FROM {t}"
+CHECK = (
+    "SELECT count(*) AS n, sum(a) AS sa, sum(b) AS sb, sum(q) AS sq, "
+    "sum(a * 7 + b % 13 - q) AS mix FROM {t}"
+)
 
 
 @dataclass(frozen=True)
 class Statement:
-    kind: Literal["create", "insert", "drop"]
+    kind: Literal["create", "insert", "drop", "delete", "update"]
     table: str
     sql: str
     #: For an insert: run through ``ctx.sql`` (single-node input) rather than ``dctx.sql``.
@@ -122,6 +126,30 @@ class Generator:
                 table = rng.choice(self.existing)
                 self.existing.remove(table)
                 yield Statement("drop", table, f"DROP TABLE {table}")
+            elif roll < 0.24:
+                table = rng.choice(self.existing)
+                m = rng.choice([2, 3, 7, 13])
+                where = rng.choice(
+                    [
+                        f"a % {m} = {rng.randrange(m)}",
+                        f"b > {rng.randrange(2000)}",
+                        f"q < {rng.randrange(10)}",
+                    ]
+                )
+                sql = (
+                    f"DELETE FROM {table} WHERE {where}"
+                    if rng.random() < 0.95
+                    else (f"DELETE FROM {table}")
+                )
+                yield Statement("delete", table, sql, shape="delete")
+            elif roll < 0.30:
+                table = rng.choice(self.existing)
+                m = rng.choice([2, 3, 7, 13])
+                sets = rng.choice(["q = q + 1", "b = a % 5, q = 2 * q", "a = b"])
+                where = f" WHERE a % {m} = {rng.randrange(m)}" if rng.random() < 0.9 else ""
+                yield Statement(
+                    "update", table, f"UPDATE {table} SET {sets}{where}", shape="update"
+                )
             else:
                 table = rng.choice(self.existing)
                 source, shape = _sources(rng, self.existing)
@@ -147,9 +175,12 @@ class Report:
     mismatches: list[Mismatch] = field(default_factory=list)
 
 
-def _run(run: object) -> tuple[list[dict[str, object]] | None, str | None]:
+def _rows(
+    m: SessionContext | DistributedContext, sql: str
+) -> tuple[list[dict[str, object]] | None, str | None]:
+    """``sql``'s rows through ``m``, or the first line of the error it raised."""
     try:
-        return run(), None  # type: ignore[operator]
+        return m.sql(sql).to_pylist(), None
     except Exception as e:  # datafusion raises plain Exception subclasses
         return None, str(e).splitlines()[0] if str(e) else type(e).__name__
 
@@ -164,25 +195,24 @@ def apply(
         report.statements += 1
         report.by_kind[st.kind] = report.by_kind.get(st.kind, 0) + 1
         report.by_shape[st.shape] = report.by_shape.get(st.shape, 0) + 1
-        expected, single_error = _run(lambda: single.sql(st.sql).to_pylist())
-        runner = ctx if st.through_ctx else dctx
-        got, error = _run(lambda: runner.sql(st.sql).to_pylist())  # noqa: B023
+        expected, single_error = _rows(single, st.sql)
+        got, error = _rows(ctx if st.through_ctx else dctx, st.sql)
         if single_error is not None:
             report.refused += 1
             if error is None:
-                report.mismatches.append(Mismatch(i, st, f"single-node refused ({single_error}); we ran it"))
+                what = f"single-node refused ({single_error}); we ran it"
+                report.mismatches.append(Mismatch(i, st, what))
         elif error is not None:
             report.mismatches.append(Mismatch(i, st, f"single-node ran it; we raised {error}"))
-        elif st.kind == "insert" and got != expected:
+        elif st.kind in ("insert", "delete", "update") and got != expected:
             report.mismatches.append(Mismatch(i, st, f"count {got} != single-node {expected}"))
         if st.kind == "drop":
             continue
         check = CHECK.format(t=st.table)
-        want, _ = _run(lambda: single.sql(check).to_pylist())  # noqa: B023
+        want, _ = _rows(single, check)
         for name, reader in (("dctx", dctx), ("ctx", ctx)):
-            seen, err = _run(lambda: reader.sql(check).to_pylist())  # noqa: B023
+            seen, err = _rows(reader, check)
             if seen != want:
-                report.mismatches.append(
-                    Mismatch(i, st, f"{st.table} read by {name}: {seen or err} != single-node {want}")
-                )
+                what = f"{st.table} read by {name}: {seen or err} != single-node {want}"
+                report.mismatches.append(Mismatch(i, st, what))
     return report

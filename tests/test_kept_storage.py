@@ -24,7 +24,9 @@ from harness import dml, tpch
 STRICT = dml.CONFIG
 
 
-def _pair(tpch_dir: Path, workers: LocalCluster | None) -> tuple[SessionContext, DistributedContext]:
+def _pair(
+    tpch_dir: Path, workers: LocalCluster | None
+) -> tuple[SessionContext, DistributedContext]:
     single, ctx = SessionContext(), SessionContext()
     tpch.register(single, tpch_dir)
     tpch.register(ctx, tpch_dir)
@@ -63,8 +65,9 @@ T0 = (
 MULTI_PARTITION_INSERTS = [
     "INSERT INTO t0 SELECT l_orderkey, count(*), sum(l_quantity) FROM lineitem "
     "WHERE l_orderkey % 97 = 3 GROUP BY l_orderkey",
-    "INSERT INTO t0 SELECT l_orderkey, l_partkey, l_quantity FROM lineitem WHERE l_orderkey % 3 = 0 "
-    "UNION ALL SELECT l_orderkey, l_suppkey, l_quantity FROM lineitem WHERE l_orderkey % 3 = 1",
+    "INSERT INTO t0 SELECT l_orderkey, l_partkey, l_quantity FROM lineitem "
+    "WHERE l_orderkey % 3 = 0 UNION ALL SELECT l_orderkey, l_suppkey, l_quantity "
+    "FROM lineitem WHERE l_orderkey % 3 = 1",
     "INSERT INTO t0 SELECT DISTINCT l_suppkey, l_linenumber, l_quantity FROM lineitem",
     "INSERT INTO t0 SELECT l_orderkey, o_custkey, l_quantity FROM lineitem JOIN orders "
     "ON l_orderkey = o_orderkey WHERE o_orderdate < DATE '1994-01-01'",
@@ -89,7 +92,10 @@ def test_an_unordered_limit_inserts_as_many_rows_as_single_node(tpch_dir, worker
     single, dctx = _pair(tpch_dir, workers)
     _both(single, dctx, T0)
     for offset in (0, 8000, 30000):
-        sql = f"INSERT INTO t0 SELECT l_orderkey, l_partkey, l_quantity FROM lineitem LIMIT 1000 OFFSET {offset}"
+        sql = (
+            "INSERT INTO t0 SELECT l_orderkey, l_partkey, l_quantity FROM lineitem "
+            f"LIMIT 1000 OFFSET {offset}"
+        )
         assert _both(single, dctx, sql) == [{"count": 1000}]
         assert _count(dctx, "t0")[0]["n"] == _count(single, "t0")[0]["n"]
 
@@ -111,8 +117,14 @@ def test_every_kept_table_takes_inserts(tpch_dir, workers, made_by):
     for sql, through_ctx in [
         ("INSERT INTO k VALUES (7, 8.0)", True),
         ("INSERT INTO k VALUES (7, 8.0)", False),
-        ("INSERT INTO k SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey % 9 = 2", False),
-        ("INSERT INTO k SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey % 9 = 4", True),
+        (
+            "INSERT INTO k SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey % 9 = 2",
+            False,
+        ),
+        (
+            "INSERT INTO k SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey % 9 = 4",
+            True,
+        ),
     ]:
         _both(single, dctx, sql, through_ctx)
         check = "SELECT count(*) AS n, sum(a) AS a, sum(q) AS q FROM k"
@@ -170,7 +182,9 @@ def test_readers_see_whole_inserts_while_they_run(tpch_dir, workers):
         except BaseException as e:  # reported by the test
             errors.append(e)
 
-    threads = [threading.Thread(target=read, args=(n, r)) for n, r in (("dctx", dctx), ("ctx", dctx.ctx))]
+    threads = [
+        threading.Thread(target=read, args=(n, r)) for n, r in (("dctx", dctx), ("ctx", dctx.ctx))
+    ]
     for t in threads:
         t.start()
     try:
@@ -276,7 +290,9 @@ def test_parts_are_never_made_again_from_changed_sources(tmp_path, change):
     data = tmp_path / "data"
     data.mkdir()
     for i in range(4):
-        pq.write_table(pa.table({"a": list(range(i * 20_000, (i + 1) * 20_000))}), data / f"{i}.parquet")
+        pq.write_table(
+            pa.table({"a": list(range(i * 20_000, (i + 1) * 20_000))}), data / f"{i}.parquet"
+        )
     ctx = SessionContext()
     ctx.register_parquet("src", str(data))
     with LocalCluster(2) as cluster:
@@ -295,3 +311,25 @@ def test_parts_are_never_made_again_from_changed_sources(tmp_path, change):
         _lose_a_worker(cluster)
         with pytest.raises(Exception, match=r"kept table k .*(rewritten|took inserts)"):
             dctx.sql("SELECT count(*) FROM k").collect()
+
+
+def test_delete_and_update_of_a_kept_table_answer_as_single_node(tpch_dir, workers):
+    single, dctx = _pair(tpch_dir, workers)
+    _both(single, dctx, T0)
+    for sql in [
+        "DELETE FROM t0 WHERE a % 3 = 1",
+        "UPDATE t0 SET q = q + 1, b = a % 5 WHERE a % 7 = 2",
+        MULTI_PARTITION_INSERTS[0],
+        "UPDATE t0 SET q = 2",
+        "DELETE FROM t0 WHERE b > 3",
+    ]:
+        assert _both(single, dctx, sql)[0]["count"] > 0, sql
+        _same_table(single, dctx, "t0")
+    assert [k.name for k in dctx.status().kept].count("t0") >= 1
+    # A predicate that holds for no row deletes none. (DataFusion 55's in-memory table
+    # deletes every row when the predicate folds to false: a bug not copied here.)
+    before = _count(dctx, "t0")
+    assert dctx.sql("DELETE FROM t0 WHERE 1 = 0").to_pylist() == [{"count": 0}]
+    assert _count(dctx, "t0") == before
+    assert _both(single, dctx, "DELETE FROM t0") == [{"count": before[0]["n"]}]
+    _same_table(single, dctx, "t0")

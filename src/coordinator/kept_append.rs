@@ -80,6 +80,13 @@ impl KeptTable {
         })?;
         let rows = parts.iter().map(|p| p.rows).sum();
         let mut state = self.state.lock().expect("poisoned");
+        if state.retired {
+            return Err(exec_datafusion_err!(
+                "kept table {} was rewritten (DELETE or UPDATE) while this INSERT ran; nothing \
+                 was inserted (run it again)",
+                self.name
+            ));
+        }
         state.parts.extend(parts);
         state.appended.push(Appended { id, source });
         uncommitted.commit();

@@ -69,6 +69,8 @@ pub(super) struct State {
     pub parts: Vec<KeptPart>,
     /// The inserts, in order.
     pub appended: Vec<Appended>,
+    /// A table made from it replaced it (`DELETE`, `UPDATE`): it takes no more inserts.
+    pub retired: bool,
 }
 
 /// What one `INSERT` appended: its parts are held under store id `id`.
@@ -109,21 +111,40 @@ pub struct HolderShare {
 impl KeptTable {
     /// Runs `request` keeping its result on the workers, as `name`; or, given `original`
     /// (an in-memory table's schema and rows, held here), sends those rows instead (and
-    /// `request` only lends its settings).
+    /// `request` only lends its settings). With `replacing`, the result is the new contents
+    /// of that kept table (a `DELETE` or `UPDATE` of it, read by `request`): its rows take
+    /// that table's schema, and the table is retired — unless an insert changed it since the
+    /// run read it, when nothing is kept and the statement fails.
     pub async fn keep(
         planner: Arc<ClusterPlanner>,
         request: &PlanRequest,
         name: String,
         original: Option<(SchemaRef, Vec<RecordBatch>)>,
+        replacing: Option<Arc<KeptTable>>,
     ) -> Result<Arc<Self>> {
         let id = Uuid::new_v4();
-        let lineage = Arc::new(request.detached());
+        let mut lineage = request.detached();
+        if let Some(old) = &replacing {
+            lineage.keep_as = Some(Arc::clone(&old.schema));
+        }
+        let lineage = Arc::new(lineage);
         let (original, rows) = match original {
             Some((schema, rows)) => (Some(rows), Some(schema)),
             None => (None, None),
         };
         let made = make_parts(&planner, &lineage, id, (original.as_deref(), rows), None);
-        let (parts, schema, sources) = made.await?;
+        let (parts, mut schema, sources) = made.await?;
+        if let Some(old) = &replacing {
+            schema = Arc::clone(&old.schema);
+            if !old.retire_at(sources.version_read(old.id)) {
+                free_everywhere(&planner, &lineage, id).await;
+                return Err(exec_datafusion_err!(
+                    "kept table {} took an INSERT while this statement rewrote it; nothing \
+                     was changed (run it again)",
+                    old.name
+                ));
+            }
+        }
         let table = Arc::new_cyclic(|me| Self {
             id,
             me: me.clone(),
@@ -131,7 +152,7 @@ impl KeptTable {
             schema,
             state: Mutex::new(State {
                 parts,
-                appended: Vec::new(),
+                ..Default::default()
             }),
             planner,
             lineage,
@@ -143,6 +164,25 @@ impl KeptTable {
         let weak: Weak<dyn KeptSource> = Arc::downgrade(&table) as _;
         kept::register(id, weak);
         Ok(table)
+    }
+
+    /// Rows it holds now.
+    pub fn rows(&self) -> u64 {
+        let state = self.state.lock().expect("poisoned");
+        state.parts.iter().map(|p| p.rows).sum()
+    }
+
+    /// Retires it (see [`State::retired`]) if it is still at `version`, the one its new
+    /// contents were made from (None: made without reading it, as a `DELETE` of every row);
+    /// whether it did.
+    fn retire_at(&self, version: Option<u64>) -> bool {
+        let mut state = self.state.lock().expect("poisoned");
+        let now = state.appended.len() as u64;
+        if state.retired || version.is_some_and(|v| v != now) {
+            return false;
+        }
+        state.retired = true;
+        true
     }
 
     /// Whether its parts are on `planner`'s workers.

@@ -46,6 +46,11 @@ impl Sources {
         Self { files, kept }
     }
 
+    /// The version of kept table `id` the run read, if it read that table.
+    pub fn version_read(&self, id: uuid::Uuid) -> Option<u64> {
+        self.kept.iter().find(|(t, _)| *t == id).map(|(_, v)| *v)
+    }
+
     /// Fails, naming `table` and what changed, unless `now` (the same lineage planned again)
     /// reads what this read: the same kept tables at the same versions, and each file as it
     /// was (asked of its object store through `ctx`).

@@ -111,6 +111,7 @@ impl PlanRequest {
         kept.compressed_tables = self.compressed_tables.clone();
         kept.window_filters = self.window_filters.clone();
         kept.role = Role::Keep { table, task_base };
+        kept.keep_as = self.keep_as.clone();
         kept
     }
 

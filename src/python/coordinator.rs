@@ -184,11 +184,12 @@ impl Coordinator {
     /// Runs a plan as `distribute` takes it and keeps its result on the workers that compute
     /// it, as the kept table `name`. `original`: an in-memory table's rows (anything with
     /// `__arrow_c_stream__`) to send and keep instead, held by the table to send again (then
-    /// `plan_bytes` is not read).
+    /// `plan_bytes` is not read). `replacing`: the kept table whose new contents these are
+    /// (a `DELETE` or `UPDATE` of it), retired if no insert changed it meanwhile.
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, table_scans = vec![], original = None,
-        stall_timeout = None, window_filters = vec![]
+        stall_timeout = None, window_filters = vec![], replacing = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn keep(
@@ -207,7 +208,9 @@ impl Coordinator {
         original: Option<Bound<'_, PyAny>>,
         stall_timeout: Option<f64>,
         window_filters: Vec<Vec<u8>>,
+        replacing: Option<PyRef<'_, KeptTable>>,
     ) -> PyResult<KeptTable> {
+        let replacing = replacing.map(|t| Arc::clone(&t.table));
         let original = match original {
             Some(obj) => {
                 let reader = ArrowArrayStreamReader::try_new(capsule::import_stream(&obj)?)
@@ -234,7 +237,7 @@ impl Coordinator {
         )?;
         let planner = Arc::clone(&self.planner);
         let table = runtime::wait_for(py, async move {
-            crate::coordinator::KeptTable::keep(planner, &request, name, original)
+            crate::coordinator::KeptTable::keep(planner, &request, name, original, replacing)
                 .await
                 .map_err(to_py_err)
         })?;

@@ -24,6 +24,12 @@ impl KeptTable {
         self.table.id.to_string()
     }
 
+    /// Rows it holds now.
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.table.rows()
+    }
+
     /// Where its rows are: dicts of `holder` (a worker URL, or "coordinator"), `parts`,
     /// `rows`, `bytes` and `on_disk_bytes`.
     fn shares<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {

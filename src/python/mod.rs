@@ -42,6 +42,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kept_table::append_exec_prefix, m)?)?;
     m.add_class::<kept_insert::KeptInsert>()?;
     m.add_function(wrap_pyfunction!(statement::create_table_as, m)?)?;
+    m.add_function(wrap_pyfunction!(statement::delete_or_update, m)?)?;
     m.add_class::<snapshot_table::WireCodec>()?;
     m.add_class::<snapshot_table::InMemoryTable>()?;
     m.add_class::<snapshot_table::ReaderTable>()?;

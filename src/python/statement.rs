@@ -52,6 +52,74 @@ pub fn create_table_as(
     )))
 }
 
+/// A `DELETE` or `UPDATE` of one table, as SQL text: `(kind, table, where, assignments)`,
+/// `kind` "delete" or "update", `where` None without a `WHERE`, `assignments` the `SET`
+/// list's `(column, expression)`; None for anything else (a join, `RETURNING`, several
+/// tables, a `LIMIT`: the session then answers as it does).
+pub type Rewrite = (String, String, Option<String>, Vec<(String, String)>);
+
+/// `DELETE FROM t [WHERE p]` or `UPDATE t SET c = e, ... [WHERE p]`, read in `session`'s
+/// dialect (see [`Rewrite`]).
+#[pyfunction]
+pub fn delete_or_update(sql: &str, session: &Bound<'_, PyAny>) -> PyResult<Option<Rewrite>> {
+    let text = sql.to_ascii_lowercase();
+    let keyword = if text.contains("delete") {
+        "delete"
+    } else {
+        "update"
+    };
+    Ok(one_statement(sql, session, keyword)?.and_then(rewrite_of))
+}
+
+fn rewrite_of(statement: SqlStatement) -> Option<Rewrite> {
+    use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, TableFactor};
+    let single = |t: &datafusion::sql::sqlparser::ast::TableWithJoins| match &t.relation {
+        TableFactor::Table {
+            name,
+            alias: None,
+            args: None,
+            ..
+        } if t.joins.is_empty() => Some(name.to_string()),
+        _ => None,
+    };
+    match statement {
+        SqlStatement::Delete(d) => {
+            let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &d.from;
+            let plain = d.tables.is_empty()
+                && d.using.is_none()
+                && d.returning.is_none()
+                && d.order_by.is_empty()
+                && d.limit.is_none();
+            let [table] = from.as_slice() else {
+                return None;
+            };
+            let table = single(table).filter(|_| plain)?;
+            let selection = d.selection.map(|e| e.to_string());
+            Some(("delete".into(), table, selection, Vec::new()))
+        }
+        SqlStatement::Update(u) => {
+            let plain = u.from.is_none() && u.returning.is_none() && u.limit.is_none();
+            let table = single(&u.table).filter(|_| plain)?;
+            let mut assignments = Vec::new();
+            for a in u.assignments {
+                let AssignmentTarget::ColumnName(column) = a.target else {
+                    return None;
+                };
+                let ident = column.0.last()?.as_ident()?;
+                // As DataFusion names it: unquoted identifiers in lower case.
+                let column = match ident.quote_style {
+                    Some(_) => ident.value.clone(),
+                    None => ident.value.to_lowercase(),
+                };
+                assignments.push((column, a.value.to_string()));
+            }
+            let selection = u.selection.map(|e| e.to_string());
+            Some(("update".into(), table, selection, assignments))
+        }
+        _ => None,
+    }
+}
+
 /// The one SQL statement `sql` is, read in `session`'s dialect; None when it is several, not
 /// SQL DataFusion's parser takes as one, or does not parse (the session then raises its own
 /// error for it), and at once when the text lacks the statement's `keyword` (lower case):
