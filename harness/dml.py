@@ -1,6 +1,6 @@
 """A differential DML run: random sequences of ``CREATE TABLE AS`` / ``INSERT INTO`` /
-``DELETE`` / ``UPDATE`` / ``DROP TABLE`` over TPC-H, applied single-node and through ``DistributedContext``, with every
-touched table compared after every statement.
+``DELETE`` / ``UPDATE`` / ``DROP TABLE`` over TPC-H, applied single-node and through
+``DistributedContext``, with every touched table compared after every statement.
 
 Kept tables are storage: the one thing they must never do is lose (or invent) a row. So each
 statement runs twice — on a plain ``SessionContext`` (in-memory tables) and on a session whose
@@ -9,8 +9,8 @@ read on both and compared by count and integer checksums: read distributed (``dc
 single-node (``ctx.sql``, which reads the kept rows back). An ``INSERT`` runs through
 ``dctx.sql`` (its input on the workers) or through ``ctx.sql`` (its input single-node, the rows
 sent), chosen by the generator, and must report single-node's count; so must a ``DELETE`` and
-an ``UPDATE`` (through ``dctx.sql``: ``ctx.sql`` cannot reach a kept table's rows to rewrite). A statement single-node
-refuses must be refused too, and change nothing.
+an ``UPDATE`` (through ``dctx.sql``: ``ctx.sql`` cannot reach a kept table's rows to rewrite).
+A statement single-node refuses must be refused too, and change nothing.
 
 The sources cover the shapes whose rows arrive in many partitions or in one: filters,
 aggregates, joins, ``UNION ALL``, ``DISTINCT``, ordered ``LIMIT``/``OFFSET``, sorts, ``VALUES``,
