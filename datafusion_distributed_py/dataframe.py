@@ -711,8 +711,6 @@ def distributed_frame(df: DataFrame, origin: Origin) -> DataFrame:
         (True, 1, 'workers')
     """
     df._dfdpy_origin = origin  # type: ignore[attr-defined]
-    for name, wrapper in _WRAPPED.items():
-        setattr(df, name, types.MethodType(wrapper, df))
     return df
 
 
@@ -764,8 +762,6 @@ def _pending_frame(pending: _Pending) -> DataFrame:
     do)."""
     df = DataFrame.__new__(DataFrame)
     df.__dict__["_dfdpy_pending"] = pending
-    for name, wrapper in _WRAPPED.items():
-        setattr(df, name, types.MethodType(wrapper, df))
     return df
 
 
@@ -854,10 +850,30 @@ def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# Frames this package returned have their own steps (on the instance); these are plain ones'.
+# Plain frames' steps; frames this package returned take theirs from `_WRAPPED` below.
 for _name, _method in _PUBLIC.items():
     if _name in _STEPS and _name not in _ON_TWIN:
         setattr(DataFrame, _name, _plain_step(_method))
+
+
+def _dispatching(ours: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    """A method of the class that is ``ours`` on a frame this package returned and ``plain``
+    on any other. On the class, not bound on each frame: a frame holding its own bound
+    methods is a reference cycle, and a cycle keeps the frame — and the kept tables its plan
+    reads — alive until the garbage collector happens to run (a dropped table's memory
+    would stay held on the workers)."""
+
+    @functools.wraps(plain)
+    def method(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+        if is_ours(df):
+            return ours(df, *args, **kwargs)
+        return plain(df, *args, **kwargs)
+
+    return method
+
+
+for _name, _wrapper in _WRAPPED.items():
+    setattr(DataFrame, _name, _dispatching(_wrapper, getattr(DataFrame, _name)))
 
 
 class _Core:
