@@ -332,3 +332,49 @@ impl ExecutionPlan for KeepExec {
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, kept)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int32Array, Int64Array};
+
+    fn schema(nullable: bool, ty: DataType) -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("a", ty, nullable)]))
+    }
+
+    #[test]
+    fn rows_take_the_table_s_schema_or_are_refused() {
+        let ints = |v: Vec<Option<i32>>| {
+            let col = Arc::new(Int32Array::from(v)) as ArrayRef;
+            RecordBatch::try_new(schema(true, DataType::Int32), vec![col]).unwrap()
+        };
+        // Cast to the table's type, and named and typed as the table's.
+        let table = schema(false, DataType::Int64);
+        let held = conform(ints(vec![Some(1), Some(2)]), &table).unwrap();
+        assert_eq!(held.schema(), table);
+        let col = held
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(col.values(), &[1, 2]);
+        // A null for a column that holds none: refused, as DataFusion's sinks refuse it.
+        let err = conform(ints(vec![Some(1), None]), &table).unwrap_err();
+        assert!(err.to_string().contains("non-nullable"), "{err}");
+        // A nullable table takes it.
+        assert!(conform(ints(vec![None]), &schema(true, DataType::Int64)).is_ok());
+        // Rows of another width never join.
+        let two = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]));
+        assert!(conform(ints(vec![Some(1)]), &two).is_err());
+    }
+
+    #[test]
+    fn a_keeping_node_travels_with_its_table_s_schema() {
+        let target = schema(false, DataType::Int64);
+        let text = encode_schema(&target).unwrap();
+        assert_eq!(decode_schema(&text).unwrap(), target);
+    }
+}

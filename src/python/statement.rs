@@ -211,6 +211,41 @@ mod tests {
         );
     }
 
+    fn rewrite(sql: &str) -> Option<Rewrite> {
+        parse_one(sql, "generic").unwrap().and_then(rewrite_of)
+    }
+
+    #[test]
+    fn reads_a_delete_or_update_of_one_table() {
+        assert_eq!(
+            rewrite("DELETE FROM t WHERE a % 3 = 1"),
+            Some((
+                "delete".into(),
+                "t".into(),
+                Some("a % 3 = 1".into()),
+                vec![]
+            ))
+        );
+        assert_eq!(
+            rewrite("delete from s.t"),
+            Some(("delete".into(), "s.t".into(), None, vec![]))
+        );
+        assert_eq!(
+            rewrite("UPDATE t SET B = b + 1, \"Q\" = 2 WHERE a = 7"),
+            Some((
+                "update".into(),
+                "t".into(),
+                Some("a = 7".into()),
+                vec![("b".into(), "b + 1".into()), ("Q".into(), "2".into())]
+            ))
+        );
+        // What the session answers itself: joins, several tables, RETURNING.
+        assert_eq!(rewrite("DELETE FROM t USING u WHERE t.a = u.a"), None);
+        assert_eq!(rewrite("UPDATE t SET a = u.a FROM u WHERE t.b = u.b"), None);
+        assert_eq!(rewrite("DELETE FROM t RETURNING a"), None);
+        assert_eq!(rewrite("SELECT 1"), None);
+    }
+
     #[test]
     fn leaves_everything_else() {
         assert_eq!(setting("SET datafusion.execution.batch_size = 10"), None);
