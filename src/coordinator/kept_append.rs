@@ -35,12 +35,10 @@ use datafusion::physical_plan::{
 use futures::TryStreamExt;
 use uuid::Uuid;
 
-use super::kept_table::{
-    free_everywhere, make_parts, run_keeping, AppendSource, Appended, Expect, KeptTable,
-};
+use super::kept_table::{free_everywhere, AppendSource, Appended, KeptTable};
 use super::lineage::Sources;
 use super::planner::PlanRequest;
-use crate::kept::{conform, KeptPart};
+use crate::kept::conform;
 use crate::plan_nodes::one_partition;
 use crate::runtime;
 
@@ -91,30 +89,6 @@ impl KeptTable {
         state.appended.push(Appended { id, source });
         uncommitted.commit();
         Ok(rows)
-    }
-
-    /// The parts of an insert kept under store id `id`, made from `source` (checked against
-    /// its sources when made again, `expect`), and what its query read.
-    pub(super) async fn make_appended(
-        &self,
-        id: Uuid,
-        source: &AppendSource,
-        expect: Expect<'_>,
-    ) -> Result<(Vec<KeptPart>, Sources)> {
-        let (mut parts, _, sources) = match source {
-            AppendSource::Rows(rows) => {
-                let rows = (Some(rows.as_slice()), Some(Arc::clone(&self.schema)));
-                make_parts(&self.planner, &self.lineage, id, rows, None).await?
-            }
-            AppendSource::Query(request, _) => {
-                let run = request.appending(id, Arc::clone(&self.schema));
-                run_keeping(&self.planner, &Arc::new(run), expect).await?
-            }
-        };
-        for part in &mut parts {
-            part.store = Some(id.to_string());
-        }
-        Ok((parts, sources))
     }
 }
 

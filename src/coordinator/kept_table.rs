@@ -11,16 +11,11 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{exec_datafusion_err, not_impl_err, Result, SchemaExt};
+use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::dml::InsertOp;
-use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
@@ -29,11 +24,10 @@ use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
-use super::kept_append::AppendExec;
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::table::DistributedTable;
-use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op, ReadBack};
+use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op};
 use crate::runtime;
 
 pub struct KeptTable {
@@ -54,7 +48,7 @@ pub struct KeptTable {
     /// The coordinator's own rows it was made from, when it started there (an in-memory
     /// table): what was sent, sent again to remake lost parts, and what single-node reads
     /// here.
-    original: Option<Vec<RecordBatch>>,
+    pub(super) original: Option<Vec<RecordBatch>>,
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     stale: AtomicBool,
     /// Held while lost parts are made again, so that two queries finding them lost remake
@@ -292,7 +286,31 @@ impl KeptTable {
         Ok(parts)
     }
 
-    fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
+    /// The parts of an insert kept under store id `id`, made from `source` (checked against
+    /// its sources when made again, `expect`), and what its query read.
+    pub(super) async fn make_appended(
+        &self,
+        id: Uuid,
+        source: &AppendSource,
+        expect: Expect<'_>,
+    ) -> Result<(Vec<KeptPart>, Sources)> {
+        let (mut parts, _, sources) = match source {
+            AppendSource::Rows(rows) => {
+                let rows = (Some(rows.as_slice()), Some(Arc::clone(&self.schema)));
+                make_parts(&self.planner, &self.lineage, id, rows, None).await?
+            }
+            AppendSource::Query(request, _) => {
+                let run = request.appending(id, Arc::clone(&self.schema));
+                run_keeping(&self.planner, &Arc::new(run), expect).await?
+            }
+        };
+        for part in &mut parts {
+            part.store = Some(id.to_string());
+        }
+        Ok((parts, sources))
+    }
+
+    pub(super) fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
         // Single-node reads what this process holds whole, each as one partition standing for
         // it (a distributed query is given the parts themselves, see `kept::resolve`): the
         // original rows of an in-memory table, and each insert's rows.
@@ -494,7 +512,7 @@ async fn run(
     stream.try_collect().await
 }
 
-async fn stream(
+pub(super) async fn stream(
     planner: Arc<ClusterPlanner>,
     request: Arc<PlanRequest>,
 ) -> Result<SendableRecordBatchStream> {
@@ -524,7 +542,10 @@ async fn run_planned(
 }
 
 /// A request running `plan` (one of our own nodes) with `base`'s settings and codec.
-fn internal_request(base: &PlanRequest, plan: Arc<dyn ExecutionPlan>) -> Result<PlanRequest> {
+pub(super) fn internal_request(
+    base: &PlanRequest,
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<PlanRequest> {
     let bytes = physical_plan_to_bytes_with_extension_codec(plan, base.codec.as_ref())?;
     Ok(base.running(bytes.to_vec()))
 }
@@ -591,85 +612,5 @@ impl Drop for KeptTable {
                 free_everywhere(&planner, &lineage, id).await;
             }
         });
-    }
-}
-
-/// Reads a part the coordinator does not hold from its holder, by a query of its own.
-#[derive(Debug)]
-struct FromHolders(Weak<KeptTable>);
-
-impl ReadBack for FromHolders {
-    fn read(&self, scan: KeptScanExec) -> Result<SendableRecordBatchStream> {
-        let table = self
-            .0
-            .upgrade()
-            .ok_or_else(|| exec_datafusion_err!("kept table {} was dropped", scan.name))?;
-        let schema = scan.schema();
-        let whole = match scan.parts.as_slice() {
-            [part] if part.is_whole() => Some(part.store_id(table.id)),
-            _ => None,
-        };
-        if let Some(id) = whole {
-            // Rows this process holds: the original, or an insert's.
-            let state = table.state.lock().expect("poisoned");
-            let held = match state.appended.iter().find(|a| a.id == id) {
-                Some(Appended {
-                    source: AppendSource::Rows(rows),
-                    ..
-                }) => rows.clone(),
-                _ => table.original.clone().unwrap_or_default(),
-            };
-            drop(state);
-            let rows = held
-                .iter()
-                .map(|b| match &scan.projection {
-                    Some(p) => b.project(p).map_err(Into::into),
-                    None => Ok(b.clone()),
-                })
-                .collect::<Vec<_>>();
-            let stream = futures::stream::iter(rows);
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
-        }
-        let request = Arc::new(internal_request(&table.lineage, Arc::new(scan))?);
-        let planner = Arc::clone(&table.planner);
-        let rows = futures::stream::once(stream(planner, request)).try_flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
-    }
-}
-
-#[async_trait]
-impl TableProvider for KeptTable {
-    async fn insert_into(
-        &self,
-        _state: &dyn Session,
-        input: Arc<dyn ExecutionPlan>,
-        op: InsertOp,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.schema
-            .logically_equivalent_names_and_types(&input.schema())?;
-        if op != InsertOp::Append {
-            return not_impl_err!("{op} not implemented for a kept table ({})", self.name);
-        }
-        Ok(Arc::new(AppendExec::new(self.me.clone(), input)))
-    }
-
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let me = self.me.clone();
-        let scan = self.scan_node(projection.cloned())?;
-        Ok(Arc::new(scan.with_read_back(Arc::new(FromHolders(me)))))
     }
 }

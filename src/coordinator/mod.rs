@@ -4,12 +4,13 @@
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
 //! datafusion-python as a table (`table`, `root`), its run's metrics per operator
 //! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`); results kept
-//! on the workers are tables of its own (`kept_table`), which `INSERT` appends to
-//! (`kept_append`).
+//! on the workers are tables of its own (`kept_table`), seen by the session as table
+//! providers (`kept_provider`) that `INSERT` appends to (`kept_append`).
 mod distribute;
 mod empty_batches;
 mod handshake;
 mod kept_append;
+mod kept_provider;
 mod kept_table;
 mod lineage;
 mod live;

@@ -3,23 +3,27 @@
 //! their rows. The plan nodes and the process's store live here; the table a session sees
 //! (`coordinator::KeptTable`), which runs queries to make its parts, is the coordinator's.
 //!
+//! * [`part`]: `KeptPart`, one part of a table: the task that made it, its holder, its size.
 //! * [`keep`]: `KeepExec`, run in each task of a query's last stage, holds the task's rows.
 //! * [`store`]: what this process holds (a worker's parts, in memory or spilled to disk).
-//! * [`scan`]: `KeptScanExec`, a scan read where the parts are (tasks routed to holders).
+//! * [`scan`]: `KeptScanExec`, a scan read where the parts are.
+//! * [`routing`]: which worker each task of a stage reading or keeping parts goes to.
 //! * [`registry`]: the kept tables of this process, and the planning step that gives each
 //!   kept scan its table's current parts.
 mod keep;
+mod part;
 mod registry;
+mod routing;
 mod scan;
 pub mod store;
 
-pub use keep::{
-    conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of, KeptPart,
-};
+pub use keep::{conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of};
+pub use part::KeptPart;
 pub use registry::{all, mark_stale, register, resolve, unregister, KeptReads, KeptSource};
+pub use routing::route_tasks;
 pub use scan::{
-    decode as decode_scan, encode as encode_scan, freed, route_tasks, scale_up, task_count,
-    KeptScanExec, Op, ReadBack,
+    decode as decode_scan, encode as encode_scan, freed, scale_up, task_count, KeptScanExec, Op,
+    ReadBack,
 };
 
 /// What a worker says when asked for a part it does not hold (it restarted since): the

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use url::Url;
 use uuid::Uuid;
 
-use super::keep::KeptPart;
+use super::part::KeptPart;
 use super::scan::{KeptScanExec, Op};
 use super::store::{self, PROCESS};
 

@@ -19,14 +19,12 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion_distributed::{
-    DistributedLeafExec, RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent,
-    ScaleUpLeafNodeEventResponse,
+    DistributedLeafExec, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 use serde::{Deserialize, Serialize};
-use url::Url;
 use uuid::Uuid;
 
-use super::keep::KeptPart;
+use super::part::KeptPart;
 use super::store;
 
 const TAG: &[u8] = b"dfdpy.kept-scan:";
@@ -188,41 +186,6 @@ pub fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventR
     Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
 }
 
-/// Sends each task of a stage reading kept parts to the worker that holds them, and each
-/// task of a stage keeping rows (that reads none) round-robin over the keeping node's list;
-/// `None` for every other stage (round-robin). A stage that does both goes where its parts
-/// are read: its `KeepExec` then names the same worker as their holder.
-pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
-    let mut pending = vec![ev.plan];
-    let mut keeping = None;
-    while let Some(node) = pending.pop() {
-        if let Some(keep) = node.downcast_ref::<super::keep::KeepExec>() {
-            let urls = (0..ev.task_count).map(|t| keep.worker_of(t).cloned());
-            keeping = Some(urls.collect::<Option<Vec<_>>>());
-        }
-        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() {
-            if let Some(urls) = holders_of(leaf.variants()) {
-                return Some(urls.map(RouteTasksEventResponse::new));
-            }
-            continue;
-        }
-        if node.is::<KeptScanExec>() {
-            if let Some(urls) = holders_of(std::slice::from_ref(node)) {
-                return Some(urls.map(RouteTasksEventResponse::new));
-            }
-            continue;
-        }
-        // Another stage's plan is routed on its own.
-        if node.name().starts_with("Network") {
-            continue;
-        }
-        pending.extend(node.children());
-    }
-    keeping
-        .flatten()
-        .map(|u| Ok(RouteTasksEventResponse::new(u)))
-}
-
 /// The worker holding the kept parts read in `plan`'s stage (the task running it was sent
 /// there, see [`route_tasks`]), if it reads any.
 pub fn holder_read_in(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
@@ -239,22 +202,6 @@ pub fn holder_read_in(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         pending.extend(node.children());
     }
     None
-}
-
-fn holders_of(variants: &[Arc<dyn ExecutionPlan>]) -> Option<Result<Vec<Url>>> {
-    let holder = |v: &Arc<dyn ExecutionPlan>| -> Option<Option<String>> {
-        let scan = v.downcast_ref::<KeptScanExec>()?;
-        Some(scan.parts.first().and_then(|p| p.holder.clone()))
-    };
-    let holders: Vec<Option<String>> = variants.iter().map(holder).collect::<Option<_>>()?;
-    let urls = holders
-        .into_iter()
-        .map(|h| {
-            let h = h.ok_or_else(|| exec_datafusion_err!("a kept part without a holder"))?;
-            Url::parse(&h).map_err(|e| exec_datafusion_err!("a kept part's holder {h}: {e}"))
-        })
-        .collect();
-    Some(urls)
 }
 
 #[derive(Serialize, Deserialize)]
