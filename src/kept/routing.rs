@@ -45,7 +45,7 @@ pub fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse
         .map(|u| Ok(RouteTasksEventResponse::new(u)))
 }
 
-fn holders_of(variants: &[Arc<dyn ExecutionPlan>]) -> Option<Result<Vec<Url>>> {
+pub(super) fn holders_of(variants: &[Arc<dyn ExecutionPlan>]) -> Option<Result<Vec<Url>>> {
     let holder = |v: &Arc<dyn ExecutionPlan>| -> Option<Option<String>> {
         let scan = v.downcast_ref::<KeptScanExec>()?;
         Some(scan.parts.first().and_then(|p| p.holder.clone()))

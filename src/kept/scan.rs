@@ -413,8 +413,10 @@ mod tests {
             panic!("a kept scan is split by holder");
         };
         let leaf = response.plan.downcast_ref::<DistributedLeafExec>().unwrap();
-        let urls = holders_of(leaf.variants()).unwrap().unwrap();
-        let urls: Vec<&str> = urls.iter().map(Url::as_str).collect();
+        let urls = super::super::routing::holders_of(leaf.variants())
+            .unwrap()
+            .unwrap();
+        let urls: Vec<&str> = urls.iter().map(url::Url::as_str).collect();
         assert_eq!(urls, ["http://a:1/", "http://b:1/"]);
         // Variants agree on partitions: the one-part holder's is padded with an empty one.
         let widths: Vec<usize> = leaf
