@@ -333,3 +333,29 @@ def test_delete_and_update_of_a_kept_table_answer_as_single_node(tpch_dir, worke
     assert _count(dctx, "t0") == before
     assert _both(single, dctx, "DELETE FROM t0") == [{"count": before[0]["n"]}]
     _same_table(single, dctx, "t0")
+
+
+@pytest.mark.slow
+def test_an_insert_that_loses_a_worker_appends_whole_or_nothing(tpch_dir):
+    """A worker killed while an INSERT's input runs: the insert is run again on the workers
+    left and appends every row once, or fails and leaves the table as it was; never part."""
+    from test_faults import kill_later, slow_ctx
+
+    single = slow_ctx(tpch_dir)
+    ctx = slow_ctx(tpch_dir)
+    with LocalCluster(3) as cluster:
+        dctx = DistributedContext(ctx, cluster, config=STRICT, progress=False)
+        _both(single, dctx, T0)
+        before = _count(dctx, "t0")
+        insert = (
+            "INSERT INTO t0 SELECT l_orderkey, l_partkey, CAST(nap(l_quantity) AS DECIMAL(15, 2)) "
+            "FROM lineitem"
+        )
+        kill_later(cluster.processes[1].pid, 1.0)
+        try:
+            got = dctx.sql(insert).to_pylist()
+        except Exception:  # a clear error is an accepted outcome; the table must be unchanged
+            assert _count(dctx, "t0") == before
+            return
+        assert got == single.sql(insert).to_pylist()
+        _same_table(single, dctx, "t0")
