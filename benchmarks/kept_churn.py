@@ -94,6 +94,7 @@ def differential(data: Path, statements: int) -> bool:
             for m in total.mismatches[:10]:
                 print(f"  #{m.index} {m.statement.sql}: {m.what}")
             ok = ok and not total.mismatches
+            del dctx, ctx  # its kept tables freed while the workers are there to free them
         finally:
             if cluster is not None:
                 cluster.close()

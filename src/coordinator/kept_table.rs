@@ -584,8 +584,10 @@ pub(super) async fn free_everywhere(
         parts,
     );
     let freed_rows = async {
-        let request = Arc::new(internal_request(base, Arc::new(node?))?);
-        run(planner, &request).await
+        let mut request = internal_request(base, Arc::new(node?))?;
+        // Never run again: a worker that is gone took its parts with it.
+        request.max_retries = 0;
+        run(planner, &Arc::new(request)).await
     };
     match freed_rows.await {
         Ok(rows) => {
