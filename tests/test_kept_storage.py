@@ -359,3 +359,32 @@ def test_an_insert_that_loses_a_worker_appends_whole_or_nothing(tpch_dir):
             return
         assert got == single.sql(insert).to_pylist()
         _same_table(single, dctx, "t0")
+
+
+@pytest.mark.slow
+def test_an_insert_interrupted_by_ctrl_c_changes_nothing(tpch_dir):
+    import signal
+
+    from test_faults import slow_ctx
+
+    ctx = slow_ctx(tpch_dir)
+    with LocalCluster(2) as cluster:
+        dctx = DistributedContext(ctx, cluster, config=STRICT, progress=False)
+        dctx.sql(T0)
+        before, held = _count(dctx, "t0"), _held_rows(dctx, "t0")
+        insert = dctx.sql(
+            "INSERT INTO t0 SELECT l_orderkey, l_partkey, CAST(nap(l_quantity) AS DECIMAL(15, 2)) "
+            "FROM lineitem"
+        )
+        main = threading.main_thread().ident
+        timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                insert.collect()
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGINT, previous)
+        assert _count(dctx, "t0") == before
+        assert _held_rows(dctx, "t0") == held
