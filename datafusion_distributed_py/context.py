@@ -258,10 +258,9 @@ class DistributedContext:
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(variant, EmptyRelation):
             return df
-        if isinstance(variant, DmlStatement) and kept_dml.is_append(variant):
-            into = kept_dml.kept_target(df)
-            if into is not None:
-                return self._insert_into_kept(into, plan, df, query.strip())
+        inserted = self._insert_into_kept(df, query.strip())
+        if inserted is not None:
+            return inserted
         if isinstance(variant, DmlStatement):
             rewrite = _internal.delete_or_update(query, self._ctx)
             rewritten = self._rewrite_kept(*rewrite, df) if rewrite else None
@@ -288,7 +287,8 @@ class DistributedContext:
             >>> dctx.distribute(t.aggregate([col("k")], [f.count(col("k"))])).count()
             2
         """
-        return self._lazy(df, _describe(df))
+        inserted = self._insert_into_kept(df, _describe(df))
+        return inserted if inserted is not None else self._lazy(df, _describe(df))
 
     def _lazy(self, df: DataFrame, sql: str) -> DataFrame:
         """``df`` as a frame planned distributed when first used (see ``_plans_at_once``)."""
@@ -701,14 +701,20 @@ class DistributedContext:
             return self._distribute(df.cache(), f"{sql} \u2192 cache()")
         return self._lazy(self._ctx.read_table(kept), f"{sql} \u2192 cache()")
 
-    def _insert_into_kept(
-        self, into: _internal.KeptTable, plan: LogicalPlan, single_node: DataFrame, sql: str
-    ) -> DataFrame:
-        """``INSERT INTO`` a kept table: a frame whose every run runs the statement's input on
+    def _insert_into_kept(self, single_node: DataFrame, sql: str) -> DataFrame | None:
+        """``single_node`` when it is an ``INSERT INTO`` a kept table (from ``dctx.sql`` or a
+        frame given to ``distribute``): a frame whose every run runs the statement's input on
         the workers, each task keeping its rows as the table's where it ran (none pass through
         here), and gives the count; the rows join the table at once when all are held. An
         input that cannot be distributed runs single-node (``single_node``, warned about as
-        for any query), its rows sent to the workers."""
+        for any query), its rows sent to the workers. None for any other frame."""
+        plan = single_node.logical_plan()
+        dml = plan.to_variant()
+        if not isinstance(dml, DmlStatement) or not kept_dml.is_append(dml):
+            return None
+        into = kept_dml.kept_target(single_node)
+        if into is None:
+            return None
         (input_plan,) = plan.inputs()  # the rows as the table takes them: cast, reordered
         rows = self._ctx.create_dataframe_from_logical_plan(input_plan)
         feed = Feed(f"insert into {into.name}: {sql}", (self, self._workers), self._progress)

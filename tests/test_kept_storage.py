@@ -388,3 +388,23 @@ def test_an_insert_interrupted_by_ctrl_c_changes_nothing(tpch_dir):
             signal.signal(signal.SIGINT, previous)
         assert _count(dctx, "t0") == before
         assert _held_rows(dctx, "t0") == held
+
+
+def test_dataframe_api_inserts_append_every_row(tpch_dir, workers):
+    """The same inserts built with the DataFrame API: ``write_table`` of a frame from
+    ``dctx.table``, and an INSERT frame given to ``dctx.distribute`` (run on the workers)."""
+    from datafusion import col, lit
+
+    single, dctx = _pair(tpch_dir, workers)
+    _both(single, dctx, T0)
+    for m in (single, dctx):
+        every_third = m.table("lineitem").filter(col("l_orderkey") % lit(3) == lit(0))
+        rows = every_third.select(
+            col("l_orderkey").alias("a"), col("l_partkey").alias("b"), col("l_quantity").alias("q")
+        )
+        rows.write_table("t0")
+    _same_table(single, dctx, "t0")
+    insert = MULTI_PARTITION_INSERTS[0]
+    want = single.sql(insert).to_pylist()
+    assert dctx.distribute(dctx.ctx.sql(insert)).to_pylist() == want
+    _same_table(single, dctx, "t0")

@@ -130,9 +130,9 @@ fn count_batch(rows: u64) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(count_schema(), vec![rows])?)
 }
 
-fn one_partition_properties() -> Arc<PlanProperties> {
+fn one_partition_properties(schema: SchemaRef) -> Arc<PlanProperties> {
     Arc::new(PlanProperties::new(
-        EquivalenceProperties::new(count_schema()),
+        EquivalenceProperties::new(schema),
         Partitioning::UnknownPartitioning(1),
         EmissionType::Final,
         Boundedness::Bounded,
@@ -165,7 +165,7 @@ impl AppendExec {
             table,
             name: format!("{APPEND_EXEC}{id}"),
             input,
-            properties: one_partition_properties(),
+            properties: one_partition_properties(count_schema()),
         }
     }
 }
@@ -282,12 +282,7 @@ impl TableProvider for InsertProvider {
         Ok(Arc::new(InsertExec {
             table: Arc::clone(&self.table),
             request: Arc::clone(&self.request),
-            properties: Arc::new(PlanProperties::new(
-                EquivalenceProperties::new(Arc::clone(&schema)),
-                Partitioning::UnknownPartitioning(1),
-                EmissionType::Final,
-                Boundedness::Bounded,
-            )),
+            properties: one_partition_properties(Arc::clone(&schema)),
             schema,
         }))
     }

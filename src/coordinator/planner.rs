@@ -367,7 +367,7 @@ impl ClusterPlanner {
         };
         let mut sources = Sources::default();
         if req.role != Role::Internal {
-            let (resolved, kept_reads) = kept::resolve(plan, &urls, self.is_embedded()).await?;
+            let (resolved, kept_reads) = kept::resolve(plan, &urls).await?;
             plan = resolved;
             sources = Sources::of(&plan, kept_reads);
         }

@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::physical_plan::union::UnionExec;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use url::Url;
@@ -17,7 +15,6 @@ use uuid::Uuid;
 
 use super::part::KeptPart;
 use super::scan::{KeptScanExec, Op};
-use super::store::{self, PROCESS};
 
 /// A kept table as planning sees it.
 pub trait KeptSource: Send + Sync {
@@ -61,13 +58,11 @@ pub fn all() -> Vec<Arc<dyn KeptSource>> {
 /// The kept tables a plan reads, each at the version it read (see [`KeptSource::version`]).
 pub type KeptReads = Vec<(Uuid, u64)>;
 
-/// Gives each kept scan in `plan` its table's current parts (made again where lost), and
-/// turns the parts this process holds for a cluster of worker processes into an in-memory
-/// scan that travels inline. Also says which tables it read, at which version.
+/// Gives each kept scan in `plan` its table's current parts (made again where lost), and says
+/// which tables it read, at which version.
 pub async fn resolve(
     plan: Arc<dyn ExecutionPlan>,
     workers: &[Url],
-    embedded: bool,
 ) -> Result<(Arc<dyn ExecutionPlan>, KeptReads)> {
     let mut ids = Vec::new();
     plan.apply(|node| {
@@ -92,7 +87,6 @@ pub async fn resolve(
         read.push((id, table.version()));
         current.insert(id, parts);
     }
-    let own = PROCESS.to_string();
     plan.transform_up(|node| {
         let Some(scan) = node.downcast_ref::<KeptScanExec>() else {
             return Ok(Transformed::no(node));
@@ -100,34 +94,10 @@ pub async fn resolve(
         let Some(parts) = current.get(&scan.table) else {
             return Ok(Transformed::no(node));
         };
-        // Rows this process kept (a result gathered here, such as an ordered one) travel
-        // inline; the rest are read where they are held. A table holds both when rows were
-        // inserted into a result gathered here.
-        let (here, held): (Vec<&KeptPart>, Vec<&KeptPart>) =
-            parts.iter().partition(|p| !embedded && p.process == own);
-        let held: Vec<KeptPart> = held.into_iter().map(|p| held_by_any(p, workers)).collect();
-        if here.is_empty() {
-            return Ok(Transformed::yes(Arc::new(scan.over(held)?) as _));
-        }
-        let mut batches = Vec::new();
-        for p in here {
-            let id = p.store_id(scan.table);
-            let part = store::get(id, (p.task, p.partition)).ok_or_else(|| {
-                exec_datafusion_err!("kept table {}: a part of it is not held here", scan.name)
-            })??;
-            batches.push(part);
-        }
-        let mem = MemorySourceConfig::try_new_exec(
-            &batches,
-            Arc::clone(&scan.table_schema),
-            scan.projection.clone(),
-        )?;
-        if held.is_empty() {
-            return Ok(Transformed::yes(mem as _));
-        }
-        let elsewhere = Arc::new(scan.over(held)?) as Arc<dyn ExecutionPlan>;
-        let both = UnionExec::try_new(vec![mem as _, elsewhere])?;
-        Ok(Transformed::yes(both))
+        // Every part is a worker's (a keeping run moves what met on the coordinator on to
+        // the workers); on the embedded cluster the workers share this process's store.
+        let held = parts.iter().map(|p| held_by_any(p, workers)).collect();
+        Ok(Transformed::yes(Arc::new(scan.over(held)?) as _))
     })
     .map(|t| (t.data, read))
 }
