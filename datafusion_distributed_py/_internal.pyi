@@ -61,6 +61,8 @@ class WorkerError(DistributedError):
     #: ``"lost_peer"`` (it lost its connection to another worker), ``"rejected_credentials"``,
     #: ``"version_mismatch"`` or ``"refused"`` (unfit for the query otherwise).
     kind: str
+    #: For a stream the loss ended: the rows it had delivered (they stand; None otherwise).
+    rows_delivered: int | None
 
 class UnsupportedPlanError(DistributedError):
     """The query's plan cannot be distributed without changing its answer."""
@@ -198,6 +200,10 @@ class DistributedPlan:
 
     def last_failure(self) -> tuple[str | None, str, str] | None:
         """The worker failure the latest run ended with: ``(worker_url, kind, message)``."""
+
+    def may_run_again(self) -> bool:
+        """After a run failed: whether it may run again from the start on the workers left (a
+        worker was lost, runs are left); the retry is then announced."""
 
     def set_retries(self, on: bool) -> None:
         """Lets a lost worker cost a retry of the query (default), or not (while writing)."""

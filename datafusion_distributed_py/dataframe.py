@@ -31,7 +31,7 @@ import tempfile
 import threading
 import types
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,6 +76,7 @@ def worker_error(message: str, url: str | None, kind: str) -> WorkerError:
     err = WorkerError(message)
     err.worker_url = url
     err.kind = kind
+    err.rows_delivered = None
     return err
 
 
@@ -122,7 +123,9 @@ class _AsSingleNode:
 class TranslatedStream(RecordBatchStream):
     """A ``RecordBatchStream`` (``execute_stream``, ``for batch in df``) whose errors are
     raised as :func:`translate` gives them: a lost worker mid-stream is a
-    :class:`WorkerError`, as it is from ``collect``."""
+    :class:`WorkerError`, as it is from ``collect``. Rows already handed to the caller cannot
+    be taken back, so a stream is not run again once it delivered one: its ``WorkerError``
+    says how many rows were delivered (``.rows_delivered``), and none is repeated."""
 
     def __init__(
         self, rbs: Any, source: Source | None = None, names: tuple[str, ...] | None = None
@@ -130,19 +133,53 @@ class TranslatedStream(RecordBatchStream):
         super().__init__(rbs)
         self._dfdpy_source = source
         self._dfdpy_names = names
+        self._dfdpy_rows = 0
 
     def __next__(self) -> RecordBatch:
-        with _AsSingleNode(self._dfdpy_source):
+        with _Delivered(self):
             return self._named(super().__next__())
 
     async def __anext__(self) -> RecordBatch:
-        with _AsSingleNode(self._dfdpy_source):
+        with _Delivered(self):
             return self._named(await super().__anext__())
 
     def _named(self, batch: RecordBatch) -> RecordBatch:
+        self._dfdpy_rows += batch.to_pyarrow().num_rows
         if self._dfdpy_names is None:
             return batch
         return _NamedBatch(_named(batch.to_pyarrow(), self._dfdpy_names))
+
+
+class _Delivered(_AsSingleNode):
+    """As :class:`_AsSingleNode` for a stream's next batch; a ``WorkerError`` tells the rows
+    the stream delivered before it."""
+
+    def __init__(self, stream: TranslatedStream) -> None:
+        super().__init__(stream._dfdpy_source)
+        self.stream = stream
+
+    def __exit__(self, kind: type | None, err: BaseException | None, tb: object) -> None:
+        try:
+            super().__exit__(kind, err, tb)
+        except WorkerError as e:
+            raise with_rows_delivered(e, self.stream._dfdpy_rows) from None
+        if isinstance(err, WorkerError):
+            raise with_rows_delivered(err, self.stream._dfdpy_rows) from None
+
+
+def with_rows_delivered(err: WorkerError, rows: int) -> WorkerError:
+    """``err`` (a worker failure ending a stream), saying how many rows the stream had
+    delivered: those stand, the rest never comes (``.rows_delivered``)."""
+    if getattr(err, "rows_delivered", None) is not None:
+        return err
+    out = worker_error(
+        f"{err} after {rows} rows of the stream were delivered (the stream ends here; a "
+        "stream is not run again once it delivered rows: collect() and the like are)",
+        getattr(err, "worker_url", None),
+        getattr(err, "kind", "died"),
+    )
+    out.rows_delivered = rows
+    return out
 
 
 class _NamedBatch(RecordBatch):
@@ -173,9 +210,11 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` run on the frame itself (what reads its result), with errors translated
     (made once per method; :func:`distributed_frame` binds it to each frame)."""
 
-    # A write is never run twice: a lost worker then fails it instead of re-running it.
+    # A write the coordinator makes from the result puts files in place as rows come: it is
+    # never run twice (those ``COPY`` runs on the workers, whose staged commit allows it).
     writes = method.__name__.startswith("write_")
     runs = method.__name__ in _RUNS
+    whole = method.__name__ in _WHOLE
     direct = _DIRECT.get(method.__name__)
 
     @functools.wraps(method)
@@ -193,17 +232,27 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
             feed.current = record
         try:
-            if origin.names is not None and method.__name__ == "describe":
-                # Single-node refuses to describe a result with repeated names: its error.
-                out = _single_node_refusal(origin.twin, method, *args)
-            elif (
-                direct is not None
-                and isinstance(source, _internal.DistributedPlan)
-                and (origin.root and not args and not kwargs)
-            ):
-                out = direct(df, source)
-            else:
-                out = method(df, *args, **kwargs)
+            while True:
+                try:
+                    if origin.names is not None and method.__name__ == "describe":
+                        # Single-node refuses to describe a result with repeated names.
+                        out = _single_node_refusal(origin.twin, method, *args)
+                    elif (
+                        direct is not None
+                        and isinstance(source, _internal.DistributedPlan)
+                        and (origin.root and not args and not kwargs)
+                    ):
+                        out = direct(df, source)
+                    else:
+                        out = method(df, *args, **kwargs)
+                    break
+                except Exception:
+                    # Nothing of the result was handed on yet: a lost worker costs a run from
+                    # the start on the workers left, not the query (the core decides).
+                    if not (whole and isinstance(source, _internal.DistributedPlan)):
+                        raise
+                    if not source.may_run_again():
+                        raise
         except BaseException as e:
             clean = translate(e, source) if isinstance(e, Exception) else None
             if record is not None:
@@ -509,6 +558,13 @@ _RUNS = frozenset({
 })  # fmt: skip
 
 
+#: The methods that return nothing of the result before all of it is read (or written): a
+#: worker lost at any point of their run costs a run again from the start, not the query.
+#: Streams (``execute_stream``, ``for batch in df``) hand rows on as they come: see
+#: :class:`TranslatedStream`.
+_WHOLE = _RUNS | {"count", "describe"}
+
+
 def _rows(out: Any) -> int | None:
     """The rows of a run's result, where the result says."""
     if isinstance(out, bool):
@@ -718,17 +774,39 @@ _plain_c_stream = DataFrame.__arrow_c_stream__
 
 
 def _c_stream(df: DataFrame, requested_schema: object = None) -> object:
-    """``__arrow_c_stream__`` (looked up on the class): for a frame whose result repeats a
-    name, its batches with single-node's names (see ``Origin.names``)."""
+    """``__arrow_c_stream__`` (looked up on the class): for a frame this package returned,
+    its batches as they come — with single-node's names where its result repeats one (see
+    ``Origin.names``) — and a lost worker a :class:`WorkerError` saying how many rows the
+    stream had delivered (a stream is not run again once it delivered rows)."""
     origin = origin_of(df)
-    if origin is None or origin.names is None:
+    if origin is None:
         return _plain_c_stream(df, requested_schema)
     names = origin.names
     reader = pa.RecordBatchReader._import_from_c_capsule(_plain_c_stream(df))
-    schema = _schema_named(reader.schema, names)
-    batches = (_named(b, names) for b in reader)
-    named = pa.RecordBatchReader.from_batches(schema, batches)
-    return named.__arrow_c_stream__(requested_schema)
+    schema = reader.schema if names is None else _schema_named(reader.schema, names)
+    batches = _delivered(reader, origin.source, names)
+    return pa.RecordBatchReader.from_batches(schema, batches).__arrow_c_stream__(requested_schema)
+
+
+def _delivered(
+    reader: pa.RecordBatchReader, source: Source, names: tuple[str, ...] | None
+) -> Iterator[pa.RecordBatch]:
+    """``reader``'s batches (given ``names``); its run's worker failure raised as the
+    ``WorkerError`` it is, with the rows delivered before it."""
+    delivered = 0
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except Exception:
+            failure = source.last_failure() if isinstance(source, _internal.DistributedPlan) else None
+            if failure is None:
+                raise
+            url, kind, message = failure
+            raise with_rows_delivered(worker_error(message, url, kind), delivered) from None
+        delivered += batch.num_rows
+        yield batch if names is None else _named(batch, names)
 
 
 DataFrame.__arrow_c_stream__ = _c_stream  # type: ignore[method-assign, assignment]

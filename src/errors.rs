@@ -35,6 +35,22 @@ impl FailureKind {
         )
     }
 
+    /// The kind `name` names (as [`FailureKind::name`] gives it).
+    pub fn named(name: &str) -> Option<Self> {
+        [
+            Self::Died,
+            Self::StoppedAnswering,
+            Self::Unreachable,
+            Self::LostPeer,
+            Self::RejectedCredentials,
+            Self::VersionMismatch,
+            Self::Refused,
+            Self::Stalled,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+
     /// As Python's `WorkerError.kind` gives it.
     pub fn name(self) -> &'static str {
         match self {

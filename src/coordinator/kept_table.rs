@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
+use super::query::Run;
 use super::table::DistributedTable;
 use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op};
 use crate::runtime;
@@ -54,6 +55,8 @@ pub struct KeptTable {
     /// Held while lost parts are made again, so that two queries finding them lost remake
     /// them once.
     remaking: tokio::sync::Mutex<()>,
+    /// The runs that made it (`dctx.metrics` of the frame kept shows them).
+    pub made_by: Vec<Run>,
 }
 
 /// A kept table's parts, and the inserts some of them came from.
@@ -127,7 +130,7 @@ impl KeptTable {
             None => (None, None),
         };
         let made = make_parts(&planner, &lineage, id, (original.as_deref(), rows), None);
-        let (parts, mut schema, sources) = made.await?;
+        let (parts, mut schema, sources, made_by) = made.await?;
         if let Some(old) = &replacing {
             schema = Arc::clone(&old.schema);
             if !old.retire_at(sources.version_read(old.id)) {
@@ -154,6 +157,7 @@ impl KeptTable {
             original,
             stale: AtomicBool::new(false),
             remaking: tokio::sync::Mutex::new(()),
+            made_by,
         });
         let weak: Weak<dyn KeptSource> = Arc::downgrade(&table) as _;
         kept::register(id, weak);
@@ -246,7 +250,7 @@ impl KeptTable {
                 (rows, schema),
                 expect,
             );
-            let (mut parts, _, _) = made.await?;
+            let (mut parts, ..) = made.await?;
             let sources: Vec<(Uuid, AppendSource)> = {
                 let state = self.state.lock().expect("poisoned");
                 state
@@ -294,7 +298,7 @@ impl KeptTable {
         source: &AppendSource,
         expect: Expect<'_>,
     ) -> Result<(Vec<KeptPart>, Sources)> {
-        let (mut parts, _, sources) = match source {
+        let (mut parts, _, sources, _) = match source {
             AppendSource::Rows(rows) => {
                 let rows = (Some(rows.as_slice()), Some(Arc::clone(&self.schema)));
                 make_parts(&self.planner, &self.lineage, id, rows, None).await?
@@ -378,8 +382,9 @@ fn holder_name(p: &KeptPart, embedded: bool) -> String {
     }
 }
 
-/// Parts a run made, their rows' schema, and what it read to make them.
-pub(super) type Made = (Vec<KeptPart>, SchemaRef, Sources);
+/// Parts a run made, their rows' schema, what it read to make them, and its runs (more than
+/// one when a lost worker cost a retry: what `metrics` shows of the making).
+pub(super) type Made = (Vec<KeptPart>, SchemaRef, Sources, Vec<Run>);
 
 /// What a run making parts again must find its sources as: those of the run that made them
 /// first, for the table named.
@@ -398,13 +403,15 @@ pub(super) async fn make_parts(
     let (Some(rows), Some(schema)) = (original, schema) else {
         return run_keeping(planner, &Arc::new(lineage.keeping(table, 0)), expect).await;
     };
-    let mut parts = Vec::new();
+    let (mut parts, mut made_by) = (Vec::new(), Vec::new());
     for (i, run) in runs(rows, SEND_BYTES).into_iter().enumerate() {
         let scan = MemorySourceConfig::try_new_exec(&[run], Arc::clone(&schema), None)?;
         let request = lineage.running_plan(scan).keeping(table, (i as u32) << 16);
-        parts.extend(run_keeping(planner, &Arc::new(request), None).await?.0);
+        let (sent, _, _, by) = run_keeping(planner, &Arc::new(request), None).await?;
+        parts.extend(sent);
+        made_by.extend(by);
     }
-    Ok((parts, schema, Sources::default()))
+    Ok((parts, schema, Sources::default(), made_by))
 }
 
 /// How much of an in-memory table one run sends.
@@ -451,9 +458,12 @@ pub(super) async fn run_keeping(
             .check_unchanged(table, &sources, &planned.task_ctx)
             .await?;
     }
-    let rows = run_planned(Arc::clone(planner), Arc::clone(request), planned).await?;
-    let batches: Vec<RecordBatch> = rows.try_collect().await?;
-    let mut parts = parts_of(&batches)?;
+    // A rerun after a worker was lost keeps its tasks' parts under the same keys: the parts of
+    // the failed run it does not replace are freed with the table.
+    let table = DistributedTable::new(Arc::clone(planner), Arc::clone(request), planned);
+    let (_, batches) = table.collect_whole(false).await?;
+    let made_by = table.runs();
+    let mut parts = parts_of(&batches.concat())?;
     let own = store::PROCESS.to_string();
     if !planner.is_embedded() && parts.iter().any(|p| p.process == own) {
         let rows_schema = request
@@ -462,7 +472,7 @@ pub(super) async fn run_keeping(
             .unwrap_or_else(|| Arc::clone(&schema));
         parts = move_to_workers(planner, request, parts, rows_schema).await?;
     }
-    Ok((parts, schema, sources))
+    Ok((parts, schema, sources, made_by))
 }
 
 /// Where a run's rows met on the coordinator (its last stage runs there: a `LIMIT`, an
@@ -508,8 +518,9 @@ async fn run(
     planner: &Arc<ClusterPlanner>,
     request: &Arc<PlanRequest>,
 ) -> Result<Vec<RecordBatch>> {
-    let stream = stream(Arc::clone(planner), Arc::clone(request)).await?;
-    stream.try_collect().await
+    let planned = planner.plan(request, 1).await?;
+    let table = DistributedTable::new(Arc::clone(planner), Arc::clone(request), planned);
+    Ok(table.collect_whole(false).await?.1.concat())
 }
 
 pub(super) async fn stream(

@@ -31,5 +31,6 @@ pub use kept_table::{all_kept_tables, KeptTable};
 pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest, Role};
 pub use stage_graph::stage_graph;
+pub use query::Run;
 pub use table::DistributedTable;
 pub use task_log::{ProgressSink, ProgressUpdate, TaskRecord};

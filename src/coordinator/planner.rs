@@ -31,6 +31,7 @@ use super::tracking::{TrackingChannels, Transport};
 use crate::checks;
 use crate::codec::{
     fragment_codec, repair_decoded, restore_window_filters, window_function_headers, SessionCodec,
+    SumCounts,
 };
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
@@ -76,7 +77,7 @@ pub struct PlanRequest {
     pub min_workers: usize,
     /// Runs of the query after the first when a worker is lost before the first batch.
     pub max_retries: usize,
-    /// The query writes (`COPY`, `INSERT`): it never runs twice.
+    /// The query writes (`COPY`, `INSERT`): it runs again only when its write is staged.
     pub writes: bool,
     /// How often running tasks' rows are asked for while a progress callback listens (zero:
     /// never; progress then moves as tasks end).
@@ -187,6 +188,9 @@ pub struct Planned {
     pub kept_schema: Option<datafusion::arrow::datatypes::SchemaRef>,
     /// The data it reads (files, kept tables) as it was when planned.
     pub sources: Sources,
+    /// Whether it may run again after a worker was lost at any point: it reads, or it writes
+    /// through a staged commit (`SumCounts`), which leaves nothing of a failed run behind.
+    pub repeatable: bool,
 }
 
 pub struct ClusterPlanner {
@@ -405,6 +409,9 @@ impl ClusterPlanner {
                 .map_err(subquery_failed)?;
         }
         let mut plan = plan_rewrites::prepare(plan, state.config_options())?;
+        // A write left on the coordinator (one file, an overwrite, an ordered merge) puts
+        // files in place as it goes: a second run could add its rows twice.
+        let repeatable = !req.writes || plan.downcast_ref::<SumCounts>().is_some();
         let mut kept_schema = None;
         if let Role::Keep { table, task_base } = req.role {
             kept_schema = Some(plan.schema());
@@ -424,6 +431,7 @@ impl ClusterPlanner {
             exact_rows,
             kept_schema,
             sources,
+            repeatable,
         })
     }
 

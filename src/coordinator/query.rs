@@ -28,9 +28,15 @@ pub struct Query {
     request: Arc<PlanRequest>,
     /// The runs of the latest scan: one, or more when lost workers made it run again.
     pub(super) runs: Mutex<Vec<Run>>,
-    /// Off while the result is being written (`write_parquet`...): such a run is never
-    /// repeated.
+    /// Off while the result is being written by the caller (`write_parquet` on the
+    /// coordinator...): such a run is never repeated.
     pub(super) retries_on: AtomicBool,
+    /// Whether a run may be repeated at all: false for a write that puts files in place as it
+    /// goes (see `Planned::repeatable`).
+    pub(super) repeatable: AtomicBool,
+    /// Set when a run failed on a lost worker and the caller runs the query again from the
+    /// start (see `may_run_again`): the next scan is the next run of this one, not a new scan.
+    continuing: AtomicBool,
     /// The worker failure the latest scan ended with, as data: its text crosses FFI alone.
     pub(super) failure: Mutex<Option<FailureRecord>>,
 }
@@ -45,6 +51,8 @@ impl Query {
             request,
             runs: Mutex::default(),
             retries_on: AtomicBool::new(true),
+            repeatable: AtomicBool::new(true),
+            continuing: AtomicBool::new(false),
             failure: Mutex::default(),
         }
     }
@@ -95,9 +103,47 @@ impl Query {
 
     /// Runs after the first a lost worker may cost; 0 while retries are off.
     pub fn max_retries(&self) -> usize {
-        match self.retries_on.load(Ordering::Relaxed) && !self.request.writes {
+        let on = self.retries_on.load(Ordering::Relaxed) && self.repeatable.load(Ordering::Relaxed);
+        match on {
             true => self.request.max_retries,
             false => 0,
+        }
+    }
+
+    /// After a run failed on a lost worker, wherever its rows were by then: whether the
+    /// caller, who has handed none of them on (`collect`, a keeping run, a staged write), may
+    /// drop them and run the query again on the workers left — runs are left, and the failure
+    /// is a lost worker, not the query's own. If so the retry is announced (a warning, a
+    /// `retry` progress event) and the next scan continues this one, as run `n + 1`.
+    pub fn may_run_again(&self) -> bool {
+        let Some((worker, kind, message)) = self.failure.lock().expect("poisoned").clone() else {
+            return false;
+        };
+        let runs = self.runs.lock().expect("poisoned").len();
+        if !FailureKind::named(kind).is_some_and(FailureKind::is_lost)
+            || runs > self.max_retries()
+        {
+            return false;
+        }
+        log::warn!(
+            "{message}: running the query again on the workers left, from the start (run {} \
+             of at most {})",
+            runs + 1,
+            self.max_retries() + 1
+        );
+        if let Some(log) = self.latest_log() {
+            log.retrying(worker.as_deref().unwrap_or_default());
+        }
+        self.continuing.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// The number the next scan's run takes: 1 for a new scan, `n + 1` when it continues one
+    /// that failed (see `may_run_again`).
+    pub fn next_attempt(&self) -> usize {
+        match self.continuing.swap(false, Ordering::Relaxed) {
+            true => self.runs.lock().expect("poisoned").len() + 1,
+            false => 1,
         }
     }
 

@@ -5,11 +5,13 @@
 //! defaults) in favour of the one built at planning time, which carries the worker and channel
 //! resolvers and the object stores.
 //!
-//! It also owns the query-level retry: when a worker is lost (died, froze, unreachable) before
-//! the first batch of a partition reached the caller, the query is planned again — the lost
-//! worker is quarantined by then, so on the workers left — and run again, up to
-//! `max_retries` times. Errors of the query itself, refused credentials and runs that write
-//! are never repeated.
+//! It also owns the query-level retry within one stream: when a worker is lost (died, froze,
+//! unreachable) before the first batch of a partition reached the caller, the query is
+//! planned again — the lost worker is quarantined by then, so on the workers left — and run
+//! again, up to `max_retries` times. After that, a caller that has handed no row on runs the
+//! whole query again itself (`DistributedTable::collect_whole`, `Query::may_run_again`).
+//! Errors of the query itself, refused credentials and writes that put files in place as
+//! they go are never repeated.
 use std::fmt;
 use std::sync::Arc;
 
@@ -32,6 +34,8 @@ pub struct DistributedRootExec {
     task_ctx: Arc<TaskContext>,
     query: Arc<Query>,
     projection: Option<Vec<usize>>,
+    /// Which run of the query `inner` is (1 for the first).
+    attempt: usize,
 }
 
 impl std::fmt::Debug for Query {
@@ -46,12 +50,14 @@ impl DistributedRootExec {
         task_ctx: Arc<TaskContext>,
         query: Arc<Query>,
         projection: Option<Vec<usize>>,
+        attempt: usize,
     ) -> Self {
         Self {
             inner,
             task_ctx,
             query,
             projection,
+            attempt,
         }
     }
 
@@ -130,7 +136,7 @@ impl ExecutionPlan for DistributedRootExec {
         let restores = partition == 0 && passes_on_an_empty_batch(&self.inner);
         let first = Attempt {
             stream: self.inner.execute(partition, Arc::clone(&self.task_ctx))?,
-            attempt: 1,
+            attempt: self.attempt,
             delivered: false,
             done: false,
             empty_batch: restores.then(|| RecordBatch::new_empty(Arc::clone(&schema))),
@@ -154,8 +160,9 @@ impl ExecutionPlan for DistributedRootExec {
                         return Some((Ok(batch), run));
                     }
                     Some(Err(e)) => {
-                        // Not retried, nor called a dead worker, while every worker answers.
-                        let own = match is_worker_lost(&e) && !run.delivered {
+                        // Not retried, nor called a dead worker, while every worker answers
+                        // (also after rows were delivered: the caller may run it again).
+                        let own = match is_worker_lost(&e) {
                             true => run.query.failed_while_alive(&e).await,
                             false => None,
                         };

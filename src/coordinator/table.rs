@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::Result;
 use datafusion::datasource::TableType;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{collect, collect_partitioned, ExecutionPlan};
 
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::{project, FailureRecord, Query, Run};
@@ -39,8 +40,10 @@ impl std::fmt::Debug for DistributedTable {
 
 impl DistributedTable {
     pub fn new(planner: Arc<ClusterPlanner>, request: Arc<PlanRequest>, planned: Planned) -> Self {
+        let query = Query::new(planner, request);
+        query.repeatable.store(planned.repeatable, Ordering::Relaxed);
         Self {
-            query: Arc::new(Query::new(planner, request)),
+            query: Arc::new(query),
             planned: Arc::clone(&planned.plan),
             exact_rows: planned.exact_rows,
             unused: Mutex::new(Some(planned)),
@@ -81,10 +84,16 @@ impl DistributedTable {
     }
 
     /// A new run of the query (a scan), projected to `projection`: the plan made at
-    /// submission when it was not run yet and the worker set is unchanged, else a new one.
+    /// submission when it was not run yet and the worker set is unchanged, else a new one;
+    /// after `Query::may_run_again`, the next run of the scan that failed.
     pub async fn start(&self, projection: Option<&Vec<usize>>) -> Result<Arc<DistributedRootExec>> {
+        let attempt = self.query.next_attempt();
         *self.query.failure.lock().expect("poisoned") = None;
-        let (plan, task_ctx) = match self.take_unused() {
+        let unused = match attempt {
+            1 => self.take_unused(),
+            _ => None,
+        };
+        let (plan, task_ctx) = match unused {
             Some(Planned {
                 plan,
                 task_ctx,
@@ -98,7 +107,7 @@ impl DistributedTable {
             }
             None => self
                 .query
-                .plan_run(1, projection)
+                .plan_run(attempt, projection)
                 .await
                 .map_err(|e| self.query.failed(e))?,
         };
@@ -107,7 +116,37 @@ impl DistributedTable {
             task_ctx,
             Arc::clone(&self.query),
             projection.cloned(),
+            attempt,
         )))
+    }
+
+    /// Runs the query to its end and gathers its rows (one list per output partition when
+    /// `partitioned`, else one). Nothing is handed on before the end, so a worker lost at any
+    /// point costs a run from the start on the workers left (up to `max_retries`), the rows
+    /// of the failed run dropped; not the query.
+    pub async fn collect_whole(
+        &self,
+        partitioned: bool,
+    ) -> Result<(SchemaRef, Vec<Vec<RecordBatch>>)> {
+        loop {
+            let root = self.start(None).await?;
+            let (schema, ctx) = (root.schema(), root.task_ctx());
+            let parts = match partitioned {
+                true => collect_partitioned(root, ctx).await,
+                false => collect(root, ctx).await.map(|batches| vec![batches]),
+            };
+            match parts {
+                Ok(parts) => return Ok((schema, parts)),
+                Err(_) if self.query.may_run_again() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After a run failed: whether the caller may run the query again (see
+    /// `Query::may_run_again`); the next scan is then that run.
+    pub fn may_run_again(&self) -> bool {
+        self.query.may_run_again()
     }
 
     /// Lets the query run again when a worker is lost (the default), or not.

@@ -46,6 +46,7 @@ pub fn to_py_err(err: DataFusionError) -> PyErr {
             // Never fails on an exception instance; a failure here would only lose the attribute.
             let _ = py_err.value(py).setattr("worker_url", url);
             let _ = py_err.value(py).setattr("kind", failure.kind.name());
+            let _ = py_err.value(py).setattr("rows_delivered", py.None());
         });
         return py_err;
     }

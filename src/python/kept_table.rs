@@ -48,6 +48,12 @@ impl KeptTable {
             .collect()
     }
 
+    /// Per-task records of the runs that made it, as `DistributedPlan.task_metrics` gives
+    /// them.
+    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        super::plan::task_records(py, self.table.made_by.clone())
+    }
+
     fn __datafusion_table_provider__<'py>(
         &self,
         py: Python<'py>,

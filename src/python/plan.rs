@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatchIterator;
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
-use datafusion::physical_plan::{collect, collect_partitioned};
-use datafusion::physical_plan::{displayable, ExecutionPlan};
+use datafusion::physical_plan::displayable;
 use datafusion_distributed::{
     display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
     DistributedExec, DistributedMetricsFormat,
@@ -16,7 +15,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use super::capsule;
 use super::errors::{query_error, to_py_err};
-use crate::coordinator::{operator_metrics, stage_graph, DistributedTable, TaskRecord};
+use crate::coordinator::{operator_metrics, stage_graph, DistributedTable, Run, TaskRecord};
 use crate::protocol::display_url;
 use crate::runtime;
 
@@ -130,26 +129,7 @@ impl DistributedPlan {
     /// spills), after waiting for every worker's metrics; with the tasks of the runs a lost
     /// worker cut short first (their `attempt` is lower).
     fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let runs = self.table.runs();
-        let Some((plan, _)) = runs.last().cloned() else {
-            return Err(PyValueError::new_err(
-                "no run yet: collect the DataFrame first",
-            ));
-        };
-        runtime::wait_for(py, async move {
-            if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
-                // A failed run may never report them all: then the records say what arrived.
-                let _ = tokio::time::timeout(METRICS_WAIT, exec.wait_for_metrics()).await;
-            }
-            Ok(())
-        })?;
-        let mut records = Vec::new();
-        for (_, log) in &runs {
-            for r in log.records() {
-                records.push(metrics_record(py, &r, log.attempt)?);
-            }
-        }
-        Ok(records)
+        task_records(py, self.table.runs())
     }
 
     /// The latest run's metrics per operator, in pre-order with stages expanded (see
@@ -208,13 +188,7 @@ impl DistributedPlan {
     ) -> PyResult<Vec<Bound<'py, PyCapsule>>> {
         let table = Arc::clone(&self.table);
         let (schema, parts) = runtime::wait_for(py, async move {
-            let root = table.start(None).await.map_err(query_error)?;
-            let (schema, ctx) = (root.schema(), root.task_ctx());
-            let parts = match partitioned {
-                true => collect_partitioned(root, ctx).await,
-                false => collect(root, ctx).await.map(|batches| vec![batches]),
-            };
-            Ok((schema, parts.map_err(query_error)?))
+            table.collect_whole(partitioned).await.map_err(query_error)
         })?;
         parts
             .into_iter()
@@ -242,6 +216,13 @@ impl DistributedPlan {
         self.table.last_failure()
     }
 
+    /// After a run of the query failed (raised from a method reading its whole result): whether
+    /// it may run again from the start on the workers left — a worker was lost, runs are
+    /// left; the retry is then announced and the next run is numbered after the failed one.
+    fn may_run_again(&self) -> bool {
+        self.table.may_run_again()
+    }
+
     /// Lets a lost worker cost a retry of the query (the default), or not (while writing).
     fn set_retries(&self, on: bool) {
         self.table.set_retries(on);
@@ -255,6 +236,31 @@ impl DistributedPlan {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
     }
+}
+
+/// Per-task records of `runs` (one query's, in order), after waiting for every worker's
+/// metrics of the latest; with the tasks of the runs a lost worker cut short first (their
+/// `attempt` is lower).
+pub fn task_records<'py>(py: Python<'py>, runs: Vec<Run>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let Some((plan, _)) = runs.last().cloned() else {
+        return Err(PyValueError::new_err(
+            "no run yet: collect the DataFrame first",
+        ));
+    };
+    runtime::wait_for(py, async move {
+        if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
+            // A failed run may never report them all: then the records say what arrived.
+            let _ = tokio::time::timeout(METRICS_WAIT, exec.wait_for_metrics()).await;
+        }
+        Ok(())
+    })?;
+    let mut records = Vec::new();
+    for (_, log) in &runs {
+        for r in log.records() {
+            records.push(metrics_record(py, &r, log.attempt)?);
+        }
+    }
+    Ok(records)
 }
 
 /// One task as the `MetricsRecord` dict of the Python API.
