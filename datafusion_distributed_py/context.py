@@ -27,7 +27,9 @@ from datafusion_distributed_py.dataframe import (
     Source,
     distributed_frame,
     is_ours,
+    latest_run,
     pending_frame,
+    ran_for,
     source_of,
 )
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
@@ -520,7 +522,7 @@ class DistributedContext:
              'ran_on', 'spill_count', 'spilled_bytes', 'stage', 'task', 'tasks_in_stage',
              'worker_url']
         """
-        source = source_of(df)
+        source = latest_run(df)
         if source is None:
             raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
         if isinstance(source, Fallback):
@@ -697,6 +699,8 @@ class DistributedContext:
         """``df.cache()`` of a distributed frame: its result kept on the workers, and a frame
         reading it there (single-node's ``cache()`` when the query runs single-node)."""
         kept = self._keep(df, f"cache of {sql}")
+        if kept is not None:
+            ran_for(df, kept)
         if kept is None:
             return self._distribute(df.cache(), f"{sql} \u2192 cache()")
         return self._lazy(self._ctx.read_table(kept), f"{sql} \u2192 cache()")

@@ -22,6 +22,7 @@ wrapped on the instance, to keep two things the plain class cannot:
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -222,6 +223,8 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         origin = origin_of(df)
         assert origin is not None
         source, feed = origin.source, origin.feed
+        if runs:
+            ran_for(df, source)
         plan = source if writes and isinstance(source, _internal.DistributedPlan) else None
         if plan is not None:
             plan.set_retries(False)
@@ -274,6 +277,43 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         if origin.names is not None and direct is None:
             out = _named(out, origin.names)
         return _streams_translated(out, source, origin.names)
+
+    return wrapper
+
+
+#: The frame a composed method (``count``, ``cache``, ``write_parquet``...) runs for: the runs
+#: it makes of other frames (its count query, its ``COPY``, its keeping run) are that
+#: frame's latest run, as :meth:`DistributedContext.metrics` shows it.
+_RUNNING_FOR: contextvars.ContextVar[DataFrame | None] = contextvars.ContextVar(
+    "dfdpy_running_for", default=None
+)
+
+
+def ran_for(df: DataFrame, run: Any) -> None:
+    """Records ``run`` (a distributed plan, a kept table: what has ``task_metrics``) as the
+    latest run of ``df``, and of the frame a composed method of which runs it."""
+    df.__dict__["_dfdpy_ran"] = run
+    outer = _RUNNING_FOR.get()
+    if outer is not None and outer is not df:
+        outer.__dict__["_dfdpy_ran"] = run
+
+
+def latest_run(df: DataFrame) -> Any:
+    """What ran last for ``df`` (see :func:`ran_for`), or its own source if nothing has."""
+    return df.__dict__.get("_dfdpy_ran") or source_of(df)
+
+
+def _running_for(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A composed method whose runs of other frames count as the frame's own."""
+
+    @functools.wraps(method)
+    def wrapper(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+        token = _RUNNING_FOR.set(df) if _RUNNING_FOR.get() is None else None
+        try:
+            return method(df, *args, **kwargs)
+        finally:
+            if token is not None:
+                _RUNNING_FOR.reset(token)
 
     return wrapper
 
@@ -714,7 +754,10 @@ _ON_FRAME = {name: _translating(member) for name, member in _PUBLIC.items()}
 #: as ``__repr__``, cannot be replaced on one instance), wrapped.
 _WRAPPED: dict[str, Callable[..., Any]] = {
     **_ON_FRAME,
-    **{name: functools.wraps(getattr(DataFrame, name))(fn) for name, fn in _COMPOSED.items()},
+    **{
+        name: functools.wraps(getattr(DataFrame, name))(_running_for(fn))
+        for name, fn in _COMPOSED.items()
+    },
     **_STEPS,
 }
 

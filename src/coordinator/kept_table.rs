@@ -129,7 +129,9 @@ impl KeptTable {
             Some((schema, rows)) => (Some(rows), Some(schema)),
             None => (None, None),
         };
-        let made = make_parts(&planner, &lineage, id, (original.as_deref(), rows), None);
+        // The first making reports progress to the caller; the lineage held for remakes not.
+        let first = lineage.detached().reporting_to(request);
+        let made = make_parts(&planner, &first, id, (original.as_deref(), rows), None);
         let (parts, mut schema, sources, made_by) = made.await?;
         if let Some(old) = &replacing {
             schema = Arc::clone(&old.schema);
@@ -463,6 +465,9 @@ pub(super) async fn run_keeping(
     let table = DistributedTable::new(Arc::clone(planner), Arc::clone(request), planned);
     let (_, batches) = table.collect_whole(false).await?;
     let made_by = table.runs();
+    for (_, log) in &made_by {
+        log.detach_progress(); // held by the table beyond this call
+    }
     let mut parts = parts_of(&batches.concat())?;
     let own = store::PROCESS.to_string();
     if !planner.is_embedded() && parts.iter().any(|p| p.process == own) {

@@ -113,7 +113,15 @@ impl PlanRequest {
         kept.window_filters = self.window_filters.clone();
         kept.role = Role::Keep { table, task_base };
         kept.keep_as = self.keep_as.clone();
+        kept.progress = self.progress.clone();
         kept
+    }
+
+    /// This request, its progress told to `other`'s callback (a kept table's first making,
+    /// from its detached lineage).
+    pub fn reporting_to(mut self, other: &PlanRequest) -> Self {
+        self.progress = other.progress.clone();
+        self
     }
 
     /// This request, run to append its rows to the kept table of `schema` as the parts held

@@ -60,7 +60,9 @@ pub struct TaskLog {
     live: Mutex<HashMap<(usize, usize), u64>>,
     /// Told when the first task is sent: the live watcher starts then.
     started: Arc<Notify>,
-    progress: Option<Arc<dyn ProgressSink>>,
+    /// Taken away once the run is over and its log is held beyond the call (a kept table's
+    /// making): the callback holds Python objects that must not be held from Rust for long.
+    progress: Mutex<Option<Arc<dyn ProgressSink>>>,
     /// Which run of the query this is: 1, then 2... when a lost worker made it run again.
     pub attempt: usize,
     /// Held from counting to calling back, so the callback sees `done` only grow. Never taken
@@ -85,7 +87,7 @@ impl TaskLog {
             records: Mutex::default(),
             live: Mutex::default(),
             started: Arc::default(),
-            progress,
+            progress: Mutex::new(progress),
             attempt,
             reporting: Mutex::default(),
             unsent_plan: Mutex::default(),
@@ -260,8 +262,14 @@ impl TaskLog {
         self.call(0, 0, 0, worker, "retry");
     }
 
+    /// Stops reporting progress (see `progress`).
+    pub fn detach_progress(&self) {
+        self.progress.lock().expect("poisoned").take();
+    }
+
     fn call(&self, stage: usize, done: usize, total: usize, url: &str, kind: &str) {
-        if let Some(sink) = &self.progress {
+        let sink = self.progress.lock().expect("poisoned").clone();
+        if let Some(sink) = &sink {
             let (rows, eta_s) = match kind {
                 "retry" => (None, None),
                 _ => self.stage_rows_and_eta(stage),
