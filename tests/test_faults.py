@@ -230,13 +230,19 @@ def test_a_worker_frozen_mid_stream_is_named_as_frozen(tmp_path):
         assert str(e.value).startswith(f"worker {run.url} stopped answering"), str(e.value)
 
 
-def test_writes_are_never_run_twice(tpch_dir, tmp_path):
+def test_a_staged_write_runs_again_and_leaves_no_file_of_the_lost_run(tpch_dir, tmp_path):
+    """A write from every task commits only once every task wrote: a run a lost worker cut
+    short leaves nothing in the target, and the write runs again (issue 53)."""
     ctx = slow_ctx(tpch_dir)
+    out = tmp_path / "out"
     with LocalCluster(3) as cluster:
         dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG)
         kill_later(cluster.processes[0].pid, 1.0)
-        with pytest.raises(WorkerError):
-            dctx.sql(SLOW).write_parquet(str(tmp_path / "out"))
+        df = dctx.sql(SLOW)
+        df.write_parquet(str(out))
+        assert {m["attempt"] for m in dctx.metrics(df)} == {1, 2}
+    assert_same_rows(pq.read_table(out), ctx.sql(SLOW).to_arrow_table(), ordered=False)
+    assert not [p for p in out.rglob("*") if ".dfdpy-" in str(p)]
 
 
 def test_errors_of_the_query_are_not_retried(ctx):

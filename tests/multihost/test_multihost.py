@@ -150,11 +150,13 @@ def test_tpch_on_separate_hosts(net, cluster_of, data, tmp_path, setup):
     assert len(report["queries"]) == 22
 
 
-def slow_run(net: Network, cluster: Cluster, data: Path, tmp_path: Path, fault) -> dict:
-    """Starts the slow query on the coordinator host, applies ``fault`` once it runs, and
-    returns how it ended."""
+def slow_run(
+    net: Network, cluster: Cluster, data: Path, tmp_path: Path, fault, flowing: bool = False
+) -> dict:
+    """Starts the slow query on the coordinator host (``flowing``: one whose rows flow back
+    as it runs), applies ``fault`` once it runs, and returns how it ended."""
     job = {"action": "slow", "workers": cluster.urls, "security": cluster.security,
-           "data": str(data)}  # fmt: skip
+           "data": str(data), "flowing": flowing}  # fmt: skip
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(job))
     proc = net.spawn("coordinator", [sys.executable, str(DRIVER), str(path)],
@@ -203,6 +205,32 @@ def test_a_worker_host_lost_mid_query(net, cluster_of, data, tmp_path, fault):
         first, last = runs["1"], runs[str(max(int(a) for a in runs))]
         assert lost_url in first, report  # the first run had tasks on the lost host
         assert lost_url not in last, report  # the run that answered was on the survivors
+
+
+@pytest.mark.parametrize("fault", ["killed", "cut off"])
+def test_a_worker_host_lost_after_rows_flowed_costs_a_run(net, cluster_of, data, tmp_path, fault):
+    """Rows of the query had reached the coordinator when the host was lost: the result was
+    not handed on yet, so the query runs again on the survivors and answers single-node's
+    rows (issue 53), where it used to fail."""
+    cluster = cluster_of("token")
+    lost = "w2"
+    lost_url = cluster.urls[WORKERS.index(lost)]
+
+    def take_away() -> None:
+        if fault == "killed":
+            cluster.procs[lost].kill()
+        else:
+            net.cut(lost)
+
+    try:
+        report = slow_run(net, cluster, data, tmp_path, take_away, flowing=True)
+    finally:
+        if fault == "cut off":
+            net.restore(lost)
+    assert report["running_at_fault"], report
+    assert report["result"] == "retried", report
+    runs = report["workers_by_attempt"]
+    assert lost_url in runs["1"] and lost_url not in runs[str(max(int(a) for a in runs))]
 
 
 def test_dns_workers_from_the_hosts_resolution(net, cluster_of, data, tmp_path):
