@@ -47,9 +47,12 @@ class DistributedConfig:
         dynamic_bytes_per_partition: bytes per partition when ``dynamic_task_count`` is on.
         min_workers: fewer reachable workers than this fails a query; unreachable workers are
             otherwise left out (with a warning) and asked again later.
-        max_retries: times a query runs again, on the workers left, when a worker is lost
-            (dies, freezes, becomes unreachable) before its first batch reached you; never
-            for writes, errors of the query itself or refused credentials.
+        max_retries: times a query runs again from the start, on the workers left, when a
+            worker is lost (dies, freezes, becomes unreachable) before it handed you a row:
+            at any point of ``collect()``, ``to_pandas()``, ``cache()``, writes from the
+            workers and the like; before the first batch of a stream (``execute_stream``).
+            Never for errors of the query itself, refused credentials, or writes the
+            coordinator makes as rows come (see docs/failures.md).
         fallback: what happens to a query that cannot be distributed without changing its
             answer (a table only this process can read, a literal type DataFusion 55's plan
             serialisation changes...): ``"coordinator"`` runs it single-node here

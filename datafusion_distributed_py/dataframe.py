@@ -843,7 +843,9 @@ def _delivered(
         except StopIteration:
             return
         except Exception:
-            failure = source.last_failure() if isinstance(source, _internal.DistributedPlan) else None
+            failure = (
+                source.last_failure() if isinstance(source, _internal.DistributedPlan) else None
+            )
             if failure is None:
                 raise
             url, kind, message = failure

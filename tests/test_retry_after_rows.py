@@ -36,8 +36,7 @@ pytestmark = pytest.mark.slow
 #: Rows flow back to the coordinator as the scan tasks produce them (no aggregate holds them):
 #: the issue's query, on the test's TPC-H.
 FLOWING = (
-    "SELECT l_orderkey, l_linenumber, score(l_comment) AS s FROM lineitem "
-    "WHERE l_quantity > 25"
+    "SELECT l_orderkey, l_linenumber, score(l_comment) AS s FROM lineitem WHERE l_quantity > 25"
 )
 
 

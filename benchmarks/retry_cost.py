@@ -1,0 +1,115 @@
+"""What a worker lost mid-query costs (issue 53), side by side in one run.
+
+    python -m benchmarks.retry_cost [--sf 1] [--repeat 2]
+
+On ``LocalCluster(2)``, TPC-H at ``--sf``, the issue's query — ``SELECT l_orderkey,
+l_linenumber, score(l_comment) AS s FROM lineitem WHERE l_quantity > 25``, ``score`` a Python
+UDF, its rows flowing back as it runs — read with ``to_arrow_table()``:
+
+* undisturbed (the median of ``--repeat`` runs);
+* one worker process killed (SIGKILL) at 30% and at 70% of the undisturbed time: the run is
+  dropped and the query runs again from the start on the workers left (whole-query retry).
+
+Each disturbed run is checked equal to single-node and to have run twice (``attempt`` 2 in
+``dctx.metrics``). Prints a table of times and ratios to the undisturbed time, and writes
+``benchmarks/results/retry_cost.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from datafusion import SessionContext, udf
+
+from benchmarks.tpch import machine
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py.testing import assert_same_rows
+from harness import tpch
+
+RESULTS = Path(__file__).parent / "results"
+DATA = Path(__file__).parent / "data"
+SQL = "SELECT l_orderkey, l_linenumber, score(l_comment) AS s FROM lineitem WHERE l_quantity > 25"
+
+
+def score(a: pa.Array) -> pa.Array:
+    time.sleep(len(a) * 0.000004)  # ~6 s single-node on SF1's lineitem
+    return pc.utf8_length(a)
+
+
+def session(sf: float) -> SessionContext:
+    ctx = SessionContext()
+    tpch.register(ctx, tpch.generate(DATA / f"sf{sf}-p8", scale_factor=sf, parts=8))
+    ctx.register_udf(udf(score, [pa.string()], pa.int32(), "immutable", name="score"))
+    return ctx
+
+
+def healed(cluster: LocalCluster) -> None:
+    while any(p.poll() is not None for p in cluster.processes):
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
+def timed(
+    dctx: DistributedContext, kill_at: float | None, cluster: LocalCluster
+) -> tuple[float, pa.Table, set[int]]:
+    df = dctx.sql(SQL)
+    if kill_at is not None:
+        pid = cluster.processes[1].pid
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+        threading.Timer(kill_at, kill).start()
+    start = time.monotonic()
+    got = df.to_arrow_table()
+    seconds = time.monotonic() - start
+    return seconds, got, {m["attempt"] for m in dctx.metrics(df)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sf", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    ctx = session(args.sf)
+    expected = ctx.sql(SQL).to_arrow_table()
+    rows: list[tuple[str, float, float, str]] = []
+    with LocalCluster(2) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster, progress=False)
+        base = statistics.median(timed(dctx, None, cluster)[0] for _ in range(args.repeat))
+        rows.append(("undisturbed", base, 1.0, "1"))
+        for at in (0.3, 0.7):
+            healed(cluster)
+            seconds, got, attempts = timed(dctx, at * base, cluster)
+            assert_same_rows(got, expected, ordered=False)
+            assert max(attempts) >= 2, attempts
+            rows.append((f"killed at {at:.0%}: whole-query retry", seconds, seconds / base,
+                         ", ".join(map(str, sorted(attempts)))))  # fmt: skip
+    lines = [
+        f"# A worker lost mid-query (TPC-H SF{args.sf:g}, LocalCluster(2), {machine()})",
+        "",
+        f"`{SQL}` (`score`: a Python UDF), read with `to_arrow_table()`; equal to single-node "
+        "in every run.",
+        "",
+        "| run | seconds | × undisturbed | runs (attempts) |",
+        "|---|---|---|---|",
+        *(f"| {name} | {s:.2f} | {r:.2f} | {a} |" for name, s, r, a in rows),
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "retry_cost.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
