@@ -337,7 +337,18 @@ class KeptTable:
     def shares(self) -> list[dict[str, Any]]:
         """Where its rows are: ``holder``, ``parts``, ``rows``, ``bytes``, ``on_disk_bytes``."""
         ...
+    def made_by(self) -> MadeBy:
+        """The runs that made it, apart from it (holding them does not keep the table)."""
+        ...
     def __datafusion_table_provider__(self, session: Any) -> object: ...
+
+@final
+class MadeBy:
+    """The runs that made a kept table."""
+
+    def task_metrics(self) -> list[MetricsRecord]:
+        """Per-task records of the runs, as ``DistributedPlan.task_metrics`` gives them."""
+        ...
 
 @final
 class KeptInsert:

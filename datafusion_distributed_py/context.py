@@ -534,7 +534,8 @@ class DistributedContext:
                     spilled_bytes=None,
                 )
             ]  # fmt: skip
-        return source.task_metrics()
+        records: list[MetricsRecord] = source.task_metrics()
+        return records
 
     def metrics_table(self, df: DataFrame) -> pa.Table:
         """:meth:`metrics` as a pyarrow Table (shown as an HTML table in a notebook)."""
@@ -700,7 +701,7 @@ class DistributedContext:
         reading it there (single-node's ``cache()`` when the query runs single-node)."""
         kept = self._keep(df, f"cache of {sql}")
         if kept is not None:
-            ran_for(df, kept)
+            ran_for(df, kept.made_by())
         if kept is None:
             return self._distribute(df.cache(), f"{sql} \u2192 cache()")
         return self._lazy(self._ctx.read_table(kept), f"{sql} \u2192 cache()")

@@ -30,7 +30,7 @@ pub use kept_append::{InsertProvider, APPEND_EXEC};
 pub use kept_table::{all_kept_tables, KeptTable};
 pub use operator_metrics::operator_metrics;
 pub use planner::{ClusterPlanner, PlanRequest, Role};
-pub use stage_graph::stage_graph;
 pub use query::Run;
+pub use stage_graph::stage_graph;
 pub use table::DistributedTable;
 pub use task_log::{ProgressSink, ProgressUpdate, TaskRecord};

@@ -120,8 +120,7 @@ impl Query {
             return false;
         };
         let runs = self.runs.lock().expect("poisoned").len();
-        if !FailureKind::named(kind).is_some_and(FailureKind::is_lost)
-            || runs > self.max_retries()
+        if !FailureKind::named(kind).is_some_and(FailureKind::is_lost) || runs > self.max_retries()
         {
             return false;
         }

@@ -41,7 +41,9 @@ impl std::fmt::Debug for DistributedTable {
 impl DistributedTable {
     pub fn new(planner: Arc<ClusterPlanner>, request: Arc<PlanRequest>, planned: Planned) -> Self {
         let query = Query::new(planner, request);
-        query.repeatable.store(planned.repeatable, Ordering::Relaxed);
+        query
+            .repeatable
+            .store(planned.repeatable, Ordering::Relaxed);
         Self {
             query: Arc::new(query),
             planned: Arc::clone(&planned.plan),

@@ -48,10 +48,12 @@ impl KeptTable {
             .collect()
     }
 
-    /// Per-task records of the runs that made it, as `DistributedPlan.task_metrics` gives
-    /// them.
-    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        super::plan::task_records(py, self.table.made_by.clone())
+    /// The runs that made it, apart from it: a frame remembering them for `metrics` must
+    /// not keep the table (and its rows on the workers) alive.
+    fn made_by(&self) -> MadeBy {
+        MadeBy {
+            runs: self.table.made_by.clone(),
+        }
     }
 
     fn __datafusion_table_provider__<'py>(
@@ -60,6 +62,20 @@ impl KeptTable {
         session: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         capsule::export_table(py, session, Arc::clone(&self.table) as _, false)
+    }
+}
+
+/// The runs that made a kept table.
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct MadeBy {
+    runs: Vec<crate::coordinator::Run>,
+}
+
+#[pymethods]
+impl MadeBy {
+    /// Per-task records of the runs, as `DistributedPlan.task_metrics` gives them.
+    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        super::plan::task_records(py, self.runs.clone())
     }
 }
 

@@ -37,6 +37,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::WorkerServer>()?;
     m.add_class::<snapshot_table::SnapshotTable>()?;
     m.add_class::<kept_table::KeptTable>()?;
+    m.add_class::<kept_table::MadeBy>()?;
     m.add_function(wrap_pyfunction!(kept_table::kept_tables, m)?)?;
     m.add_function(wrap_pyfunction!(kept_table::kept_table, m)?)?;
     m.add_function(wrap_pyfunction!(kept_table::append_exec_prefix, m)?)?;
