@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import re
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -671,6 +672,7 @@ class DistributedContext:
             "progress": progress_mod.to_rust(feed), "min_workers": self._config.min_workers,
             "max_retries": self._config.max_retries,
             "stall_timeout": self._config.stall_timeout or None,
+            "spool_dir": _spool_dir(self._config),
         }  # fmt: skip
 
     @staticmethod
@@ -794,6 +796,13 @@ class DistributedContext:
 _BUG_FOOTER = re.compile(r"\s*This issue was likely caused by a bug in DataFusion.*?issues", re.S)
 #: A Rust struct printed whole (FFI function pointers, plan properties): for debugging only.
 _STRUCT_DUMP = re.compile(r"[.:]?\s*(Plan|Expr): [A-Z]\w* \{.*", re.S)
+
+
+def _spool_dir(config: DistributedConfig) -> str | None:
+    """Where the tasks of a query spool their output (``fault_tolerance="task"``), or None."""
+    if config.fault_tolerance != "task":
+        return None
+    return config.spool_dir or os.path.join(tempfile.gettempdir(), "dfdpy-spool")
 
 
 def readable_reason(reason: str) -> str:

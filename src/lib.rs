@@ -37,6 +37,7 @@ mod protocol;
 mod python;
 mod runtime;
 mod security;
+mod spool;
 mod tables;
 mod worker;
 

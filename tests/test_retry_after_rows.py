@@ -245,3 +245,49 @@ def test_a_write_made_on_the_coordinator_is_never_run_twice(slow, cluster, gate,
         )
     assert e.value.worker_url == victim.url
     assert [e for e in victim.events if e.kind == "retry"] == []
+
+
+# Task-level recovery: DistributedConfig(fault_tolerance="task").
+
+
+def _spooled(spool: Path) -> list[Path]:
+    return [p for p in spool.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("method", ["to_arrow_table", "write_parquet", "cache"])
+def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate, tmp_path, method):
+    """A worker lost halfway: the run again reads what the finished tasks spooled and
+    answers single-node's rows; the spool is empty once the result is read."""
+    spool = tmp_path / "spool"
+    victim = Victim(cluster, gate)
+    config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
+    dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)
+    df = dctx.sql(FLOWING)
+    assert "SpoolExec" in dctx.explain(df)
+    got = WHOLE[method](df, tmp_path)
+    assert victim.killed.is_set()
+    assert_same_rows(got, expected, ordered=False)
+    assert {m["attempt"] for m in dctx.metrics(df)} == {1, 2}
+    assert not _spooled(spool)
+
+
+def test_task_level_recovery_answers_as_single_node(ctx, tmp_path):
+    """TPC-H on the embedded cluster with every stage spooled: single-node's answers, on the
+    workers, and nothing left in the spool."""
+    spool = tmp_path / "spool"
+    config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool), fallback="error")
+    dctx = DistributedContext(ctx, config=config)
+    for n in (1, 3, 5, 9, 13, 18, 21):
+        sql = tpch.query(n)
+        df = dctx.sql(sql)
+        assert "SpoolExec" in dctx.explain(df)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(),
+                         ordered="order by" in sql.lower())  # fmt: skip
+        assert not _spooled(spool)
+
+
+def test_fault_tolerance_is_checked():
+    from datafusion_distributed_py import DistributedConfig
+
+    with pytest.raises(ValueError, match="fault_tolerance must be 'query' or 'task'"):
+        DistributedConfig(fault_tolerance="stage")  # type: ignore[arg-type]

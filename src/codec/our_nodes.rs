@@ -11,12 +11,13 @@ use super::{
     field_metadata, recursive_queries, scan_compression, task_merge, window_filters, write_commit,
 };
 use crate::kept;
+use crate::spool;
 
 type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
 type Decode =
     fn(&[u8], &[Arc<dyn ExecutionPlan>], &TaskContext) -> Option<Result<Arc<dyn ExecutionPlan>>>;
 
-const NODES: [(Encode, Decode); 8] = [
+const NODES: [(Encode, Decode); 9] = [
     (scan_compression::encode, |buf, inputs, _| {
         scan_compression::decode(buf, inputs)
     }),
@@ -37,6 +38,7 @@ const NODES: [(Encode, Decode); 8] = [
         recursive_queries::decode(buf, inputs)
     }),
     (window_filters::encode, window_filters::decode),
+    (spool::encode, |buf, inputs, _| spool::decode(buf, inputs)),
 ];
 
 /// Writes `node` if it is one of ours.

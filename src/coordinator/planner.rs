@@ -44,6 +44,7 @@ use crate::plan_rewrites::{self, CompressedTable};
 use crate::protocol::display_url;
 use crate::protocol::{FixedResolver, InProcessWorkers, WorkerChannels, Workers};
 use crate::security::Security;
+use crate::spool::Spool;
 
 enum Cluster {
     Embedded(InProcessWorkers),
@@ -90,6 +91,9 @@ pub struct PlanRequest {
     /// With `Role::Keep`: the schema of the table the rows join (`INSERT`), which they are
     /// held as (see `KeepExec`); None for a new table, held as the query's rows.
     pub keep_as: Option<datafusion::arrow::datatypes::SchemaRef>,
+    /// With `fault_tolerance="task"`: where the tasks of the query's worker stages spool
+    /// their output (see `spool`).
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 /// What a run of a [`PlanRequest`] is for.
@@ -177,6 +181,7 @@ impl PlanRequest {
             stall_timeout: self.stall_timeout,
             role: Role::Internal,
             keep_as: None,
+            spool_dir: None,
         }
     }
 }
@@ -199,6 +204,8 @@ pub struct Planned {
     /// Whether it may run again after a worker was lost at any point: it reads, or it writes
     /// through a staged commit (`SumCounts`), which leaves nothing of a failed run behind.
     pub repeatable: bool,
+    /// Where its worker stages spool their output, with `fault_tolerance="task"`.
+    pub spool: Option<Spool>,
 }
 
 pub struct ClusterPlanner {
@@ -325,10 +332,21 @@ impl ClusterPlanner {
         req: &'a PlanRequest,
         attempt: usize,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Planned>> + Send + 'a>> {
+        self.plan_spooled(req, attempt, None)
+    }
+
+    /// `plan`, for run `attempt` of a scan whose runs spool to `spool` (the first run of a
+    /// spooling scan passes None and gets a new one).
+    pub fn plan_spooled<'a>(
+        &'a self,
+        req: &'a PlanRequest,
+        attempt: usize,
+        spool: Option<Spool>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Planned>> + Send + 'a>> {
         Box::pin(async move {
             let mut retries = if req.writes { 0 } else { req.max_retries };
             loop {
-                match self.plan_once(req, attempt).await {
+                match self.plan_once(req, attempt, spool.clone()).await {
                     Err(e) if retries > 0 && is_worker_lost(&e) => {
                         log::warn!("{e}: planning the query again on the workers left");
                         self.find_lost().await;
@@ -340,7 +358,12 @@ impl ClusterPlanner {
         })
     }
 
-    async fn plan_once(&self, req: &PlanRequest, attempt: usize) -> Result<Planned> {
+    async fn plan_once(
+        &self,
+        req: &PlanRequest,
+        attempt: usize,
+        spool: Option<Spool>,
+    ) -> Result<Planned> {
         let resolved = self.urls()?;
         let mut urls = resolved.clone();
         let mut functions = Vec::new();
@@ -356,9 +379,21 @@ impl ClusterPlanner {
         if watched {
             watch(&log, Arc::clone(&self.observer), req.live_interval);
         }
-        let state_for = |log: &Arc<TaskLog>| {
-            self.session_state(urls.clone(), &req.options, req.codec.clone(), log)
+        // A spooling scan's runs split each stage alike, however many workers are left.
+        let spool = match (&req.spool_dir, req.role) {
+            (Some(dir), Role::Query) => Some(
+                spool
+                    .unwrap_or_else(|| Spool::new(dir.clone(), spool_tasks(&req.options, workers))),
+            ),
+            _ => None,
         };
+        let mut options = req.options.clone();
+        if let Some(spool) = &spool {
+            let tasks = spool.tasks_per_stage.to_string();
+            options.insert("distributed.max_tasks_per_stage".into(), tasks);
+        }
+        let state_for =
+            |log: &Arc<TaskLog>| self.session_state(urls.clone(), &options, req.codec.clone(), log);
         let mut state = state_for(&log)?;
         let task_ctx = state.task_ctx();
         // What cannot be decoded lost something in serialisation (a Float16 literal turned
@@ -429,7 +464,10 @@ impl ClusterPlanner {
             }
             plan = kept::keep_on_workers(plan, table, task_base, urls.clone(), target);
         }
-        let (plan, task_ctx) = distribute_plan(plan, state).await?;
+        let (mut plan, task_ctx) = distribute_plan(plan, state).await?;
+        if let Some(spool) = &spool {
+            plan = crate::spool::spool_stages(plan, &spool.scan_dir())?;
+        }
         log::info!("planned a distributed query over {workers} workers");
         Ok(Planned {
             plan,
@@ -440,6 +478,7 @@ impl ClusterPlanner {
             kept_schema,
             sources,
             repeatable,
+            spool,
         })
     }
 
@@ -479,6 +518,21 @@ impl ClusterPlanner {
         let mut state = self.base.clone();
         *state.config_mut() = cfg;
         Ok(state)
+    }
+}
+
+/// The tasks per stage of a spooling scan: the user's `max_tasks_per_stage`, or eight per
+/// worker, so that the tasks of a stage finish one after another on each worker (a lost
+/// worker then costs about an eighth of its share, and the tasks left unfinished on the
+/// others). Each task has a fixed cost: short queries pay for the split.
+fn spool_tasks(options: &HashMap<String, String>, workers: usize) -> usize {
+    let set = options
+        .get("distributed.max_tasks_per_stage")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    match set {
+        0 => 8 * workers.max(1),
+        n => n,
     }
 }
 

@@ -4,7 +4,7 @@
 //! The table (`table`) starts runs of it; the root node (`root`) runs them and, when a worker
 //! is lost before the first batch, plans the next one. Both depend on this file, not on each
 //! other.
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
@@ -18,6 +18,7 @@ use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::task_log::TaskLog;
 use crate::errors::{as_worker_failure, worker_lost, FailureKind};
 use crate::runtime;
+use crate::spool::Spool;
 
 /// A run of the query: the plan executed and where its tasks went.
 pub type Run = (Arc<dyn ExecutionPlan>, Arc<TaskLog>);
@@ -37,6 +38,11 @@ pub struct Query {
     /// Set when a run failed on a lost worker and the caller runs the query again from the
     /// start (see `may_run_again`): the next scan is the next run of this one, not a new scan.
     continuing: AtomicBool,
+    /// Where the current scan's runs spool (`fault_tolerance="task"`): a run after a lost
+    /// worker reads what the tasks of the runs before it finished.
+    pub(super) spool: Mutex<Option<Spool>>,
+    /// The number of runs when `may_run_again` last said yes.
+    granted_at: AtomicUsize,
     /// The worker failure the latest scan ended with, as data: its text crosses FFI alone.
     pub(super) failure: Mutex<Option<FailureRecord>>,
 }
@@ -53,6 +59,8 @@ impl Query {
             retries_on: AtomicBool::new(true),
             repeatable: AtomicBool::new(true),
             continuing: AtomicBool::new(false),
+            spool: Mutex::default(),
+            granted_at: AtomicUsize::new(usize::MAX),
             failure: Mutex::default(),
         }
     }
@@ -75,17 +83,30 @@ impl Query {
         attempt: usize,
         projection: Option<&Vec<usize>>,
     ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+        // A new scan starts its own spool; a run again of one reads what its runs spooled.
+        let spool = match attempt {
+            1 => {
+                self.end_scan();
+                None
+            }
+            _ => self.spool.lock().expect("poisoned").clone(),
+        };
         // datafusion-python polls this future on its own runtime: plan on ours.
         let this = Arc::clone(self);
         let Planned {
             plan,
             task_ctx,
             log,
+            spool,
             ..
         } = runtime::handle()
-            .spawn(async move { this.planner.plan(&this.request, attempt).await })
+            .spawn(async move {
+                let planning = this.planner.plan_spooled(&this.request, attempt, spool);
+                planning.await
+            })
             .await
             .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
+        *self.spool.lock().expect("poisoned") = spool;
         {
             let mut runs = self.runs.lock().expect("poisoned");
             if attempt == 1 {
@@ -94,6 +115,13 @@ impl Query {
             runs.push((Arc::clone(&plan), log));
         }
         Ok((project(plan, projection)?, task_ctx))
+    }
+
+    /// The current scan is over: its spooled files are removed.
+    pub fn end_scan(&self) {
+        if let Some(spool) = self.spool.lock().expect("poisoned").take() {
+            spool.remove();
+        }
     }
 
     /// How long a reader may wait while nothing of the query moves (None: forever).
@@ -120,7 +148,11 @@ impl Query {
             return false;
         };
         let runs = self.runs.lock().expect("poisoned").len();
-        if !FailureKind::named(kind).is_some_and(FailureKind::is_lost) || runs > self.max_retries()
+        // Once per run: a run again that could not even start (no worker left) is not retried.
+        let first_ask = self.granted_at.swap(runs, Ordering::Relaxed) != runs;
+        if !first_ask
+            || !FailureKind::named(kind).is_some_and(FailureKind::is_lost)
+            || runs > self.max_retries()
         {
             return false;
         }
@@ -142,7 +174,10 @@ impl Query {
     pub fn next_attempt(&self) -> usize {
         match self.continuing.swap(false, Ordering::Relaxed) {
             true => self.runs.lock().expect("poisoned").len() + 1,
-            false => 1,
+            false => {
+                self.granted_at.store(usize::MAX, Ordering::Relaxed);
+                1
+            }
         }
     }
 
@@ -239,4 +274,10 @@ pub(super) fn project(
         })
         .collect();
     Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+}
+
+impl Drop for Query {
+    fn drop(&mut self) {
+        self.end_scan();
+    }
 }

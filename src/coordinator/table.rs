@@ -44,6 +44,7 @@ impl DistributedTable {
         query
             .repeatable
             .store(planned.repeatable, Ordering::Relaxed);
+        *query.spool.lock().expect("poisoned") = planned.spool.clone();
         Self {
             query: Arc::new(query),
             planned: Arc::clone(&planned.plan),
@@ -138,9 +139,11 @@ impl DistributedTable {
                 false => collect(root, ctx).await.map(|batches| vec![batches]),
             };
             match parts {
-                Ok(parts) => return Ok((schema, parts)),
                 Err(_) if self.query.may_run_again() => continue,
-                Err(e) => return Err(e),
+                parts => {
+                    self.query.end_scan(); // read whole: its spool is not read again
+                    return parts.map(|parts| (schema, parts));
+                }
             }
         }
     }

@@ -138,7 +138,7 @@ impl Coordinator {
     #[pyo3(signature = (
         plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5,
-        table_scans = vec![], stall_timeout = None, window_filters = vec![]
+        table_scans = vec![], stall_timeout = None, spool_dir = None, window_filters = vec![]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn distribute(
@@ -156,6 +156,7 @@ impl Coordinator {
         live_interval: f64,
         table_scans: Vec<Vec<u8>>,
         stall_timeout: Option<f64>,
+        spool_dir: Option<String>,
         window_filters: Vec<Vec<u8>>,
     ) -> PyResult<DistributedPlan> {
         let request = Arc::new(request(
@@ -167,7 +168,7 @@ impl Coordinator {
             progress,
             session,
             (min_workers, max_retries, writes),
-            (live_interval, stall_timeout),
+            (live_interval, stall_timeout, spool_dir),
             (table_scans, window_filters),
         )?);
         let planner = Arc::clone(&self.planner);
@@ -189,7 +190,7 @@ impl Coordinator {
     #[pyo3(signature = (
         name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, table_scans = vec![], original = None,
-        stall_timeout = None, window_filters = vec![], replacing = None
+        stall_timeout = None, spool_dir = None, window_filters = vec![], replacing = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn keep(
@@ -207,6 +208,7 @@ impl Coordinator {
         table_scans: Vec<Vec<u8>>,
         original: Option<Bound<'_, PyAny>>,
         stall_timeout: Option<f64>,
+        spool_dir: Option<String>,
         window_filters: Vec<Vec<u8>>,
         replacing: Option<PyRef<'_, KeptTable>>,
     ) -> PyResult<KeptTable> {
@@ -232,7 +234,7 @@ impl Coordinator {
             progress,
             session,
             (min_workers, max_retries, false),
-            (0.0, stall_timeout),
+            (0.0, stall_timeout, spool_dir),
             (table_scans, window_filters),
         )?;
         let planner = Arc::clone(&self.planner);
@@ -251,7 +253,7 @@ impl Coordinator {
     #[pyo3(signature = (
         table, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
         min_workers = 1, max_retries = 1, table_scans = vec![], stall_timeout = None,
-        window_filters = vec![]
+        spool_dir = None, window_filters = vec![]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn insert(
@@ -268,6 +270,7 @@ impl Coordinator {
         max_retries: usize,
         table_scans: Vec<Vec<u8>>,
         stall_timeout: Option<f64>,
+        spool_dir: Option<String>,
         window_filters: Vec<Vec<u8>>,
     ) -> PyResult<KeptInsert> {
         let request = request(
@@ -279,7 +282,7 @@ impl Coordinator {
             progress,
             session,
             (min_workers, max_retries, false),
-            (0.0, stall_timeout),
+            (0.0, stall_timeout, spool_dir),
             (table_scans, window_filters),
         )?;
         let table = Arc::clone(&table.table);
@@ -298,7 +301,7 @@ fn request(
     progress: Option<Py<PyAny>>,
     session: Option<Py<PyAny>>,
     (min_workers, max_retries, writes): (usize, usize, bool),
-    (live_interval, stall_timeout): (f64, Option<f64>),
+    (live_interval, stall_timeout, spool_dir): (f64, Option<f64>, Option<String>),
     (table_scans, window_filters): (Vec<Vec<u8>>, Vec<Vec<u8>>),
 ) -> PyResult<PlanRequest> {
     let seconds = |name: &str, s: f64| {
@@ -341,6 +344,7 @@ fn request(
         stall_timeout,
         role: Role::Query,
         keep_as: None,
+        spool_dir: spool_dir.map(std::path::PathBuf::from),
     })
 }
 
