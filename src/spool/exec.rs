@@ -225,3 +225,89 @@ pub fn decode(
         Ok(Arc::new(SpoolExec::new(input, PathBuf::from(dir), stage, leaf)) as _)
     })())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Array, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::execution::config::SessionConfig;
+    use datafusion::physical_plan::common::collect;
+
+    fn rows(values: &[&[i64]]) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let partitions: Vec<Vec<RecordBatch>> = values
+            .iter()
+            .map(|v| {
+                let col = Arc::new(Int64Array::from(v.to_vec())) as _;
+                vec![RecordBatch::try_new(Arc::clone(&schema), vec![col]).unwrap()]
+            })
+            .collect();
+        MemorySourceConfig::try_new_exec(&partitions, schema, None).unwrap()
+    }
+
+    fn task_ctx() -> Arc<TaskContext> {
+        let task = DistributedTaskContext {
+            task_index: 0,
+            task_count: 1,
+        };
+        let config = SessionConfig::new().with_extension(Arc::new(task));
+        Arc::new(TaskContext::default().with_session_config(config))
+    }
+
+    async fn run(plan: &SpoolExec) -> Vec<Vec<i64>> {
+        let mut out = Vec::new();
+        for p in 0..plan.properties().output_partitioning().partition_count() {
+            let batches = collect(plan.execute(p, task_ctx()).unwrap()).await.unwrap();
+            let mut values = Vec::new();
+            for b in batches {
+                let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                values.extend((0..col.len()).map(|i| col.value(i)));
+            }
+            out.push(values);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_finished_task_is_read_back_and_a_partial_one_computed_whole() {
+        let dir = std::env::temp_dir().join(format!("dfdpy-spool-test-{}", uuid::Uuid::new_v4()));
+        let first = SpoolExec::new(rows(&[&[1, 2], &[3]]), dir.clone(), 1, true);
+        assert_eq!(run(&first).await, vec![vec![1, 2], vec![3]]);
+        // Another run with the same split finds the task's files: read, not computed.
+        let again = SpoolExec::new(rows(&[&[7], &[8]]), dir.clone(), 1, true);
+        assert_eq!(run(&again).await, vec![vec![1, 2], vec![3]]);
+        // A partition's file missing: the task is computed again, all of it.
+        let task_dir = dir.join("stage-1").join("task-0-of-1");
+        std::fs::remove_file(file_of(&task_dir, 1)).unwrap();
+        let partial = SpoolExec::new(rows(&[&[7], &[8]]), dir.clone(), 1, true);
+        assert_eq!(run(&partial).await, vec![vec![7], vec![8]]);
+        // Nothing half-written is left: only the partitions' files.
+        let mut names: Vec<String> = std::fs::read_dir(&task_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["0.arrow", "1.arrow"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_spooling_node_travels_with_its_place() {
+        let node: Arc<dyn ExecutionPlan> = Arc::new(SpoolExec::new(
+            rows(&[&[1]]),
+            PathBuf::from("/spool/scan"),
+            3,
+            false,
+        ));
+        let mut buf = Vec::new();
+        encode(&node, &mut buf).unwrap().unwrap();
+        let back = decode(&buf, &[rows(&[&[1]])]).unwrap().unwrap();
+        let back = back.downcast_ref::<SpoolExec>().unwrap();
+        assert_eq!(
+            (back.dir.as_path(), back.stage, back.leaf),
+            (Path::new("/spool/scan"), 3, false)
+        );
+    }
+}
