@@ -22,7 +22,6 @@ from datafusion_distributed_py import (
     DistributedConfig,
     DistributedContext,
     LocalCluster,
-    WorkerError,
 )
 from datafusion_distributed_py.testing import assert_ran_on_coordinator, assert_ran_on_workers
 
