@@ -31,6 +31,7 @@ __all__ = [
     "InMemoryTable",
     "ReaderTable",
     "KeptTable",
+    "MadeBy",
     "KeptInsert",
     "kept_tables",
     "kept_table",
@@ -110,6 +111,7 @@ class Coordinator:
         live_interval: float = 0.5,
         table_scans: Sequence[bytes] = ...,
         stall_timeout: float | None = None,
+        spool_dir: str | None = None,
         window_filters: Sequence[bytes] = ...,
     ) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python.
@@ -134,6 +136,7 @@ class Coordinator:
         table_scans: Sequence[bytes] = ...,
         original: object | None = None,
         stall_timeout: float | None = None,
+        spool_dir: str | None = None,
         window_filters: Sequence[bytes] = ...,
         replacing: KeptTable | None = None,
     ) -> KeptTable:
@@ -152,6 +155,7 @@ class Coordinator:
         max_retries: int = 1,
         table_scans: Sequence[bytes] = ...,
         stall_timeout: float | None = None,
+        spool_dir: str | None = None,
         window_filters: Sequence[bytes] = ...,
     ) -> KeptInsert:
         """``INSERT INTO table`` of a plan as ``distribute`` takes it: a table provider whose
