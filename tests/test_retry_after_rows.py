@@ -43,13 +43,16 @@ FLOWING = (
 def slow_in(gate: str) -> Callable[[pa.Array], pa.Array]:
     """``score``: a string's length, slowly; ten times slower in the worker process whose pid
     the file ``gate`` holds (the victim). Any other process marks, after each batch, that
-    rows of the query are flowing (``<gate>.flowed``)."""
+    rows of the query are flowing (``<gate>.flowed``). Every process adds the rows it scored to
+    ``<gate>.scored``."""
 
     def score(a: pa.Array) -> pa.Array:
         victim = False
         with contextlib.suppress(OSError, ValueError):
             victim = int(Path(gate).read_text()) == os.getpid()
         time.sleep(len(a) * (0.001 if victim else 0.0001))
+        with open(gate + ".scored", "a") as scored:  # rows scored, across the processes
+            scored.write(f"{len(a)}\n")
         if not victim:
             Path(gate + ".flowed").touch()
         return pc.utf8_length(a)
@@ -65,6 +68,10 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory, gate: Path) -> SessionContext:
     data = tpch.generate(tmp_path_factory.mktemp("tpch"), scale_factor=0.01, parts=3)
+    # Row groups of 2,000 rows, as a large table has many: a task's files can be cut in
+    # chunks (task-level recovery spools a chunk at a time).
+    for file in (data / "lineitem").glob("*.parquet"):
+        pq.write_table(pq.read_table(file), file, row_group_size=2000)
     ctx = SessionContext()
     tpch.register(ctx, data)
     score = slow_in(str(gate))
@@ -95,18 +102,28 @@ def healed(cluster: LocalCluster) -> None:
 class Victim:
     """A worker process of the cluster, made slow (see ``slow_in``) and killed once the other
     worker's rows are flowing to the coordinator (a batch of them made, and a moment for the
-    coordinator to receive it), while the victim still works."""
+    coordinator to receive it; ``after`` seconds), while the victim still works."""
 
     def __init__(
-        self, cluster: LocalCluster, gate: Path, which: int = 1, *, on_flow: bool = True
+        self,
+        cluster: LocalCluster,
+        gate: Path,
+        which: int = 1,
+        *,
+        on_flow: bool = True,
+        after: float = 0.5,
     ) -> None:
         healed(cluster)
         self.process = cluster.processes[which]
         self.url = cluster.urls[which]
         self.flowed = Path(f"{gate}.flowed")
         self.flowed.unlink(missing_ok=True)
+        self.gate = gate
+        self.scored_before = 0
+        Path(f"{gate}.scored").unlink(missing_ok=True)
         gate.write_text(str(self.process.pid))
         self.killed = threading.Event()
+        self.after = after
         self.events: list[ProgressEvent] = []
         if on_flow:  # else the test kills it (a stream: once a batch was handed over)
             threading.Thread(target=self._kill_once_rows_flow, daemon=True).start()
@@ -120,7 +137,7 @@ class Victim:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.02)
-        time.sleep(0.5)
+        time.sleep(self.after)
         self.kill()
 
     def kill(self) -> None:
@@ -129,6 +146,14 @@ class Victim:
         self.killed.set()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGKILL)
+        self.scored_before = scored(self.gate)
+
+
+def scored(gate: Path) -> int:
+    """Rows the UDF has scored since the test began (see ``slow_in``)."""
+    with contextlib.suppress(FileNotFoundError):
+        return sum(int(n) for n in Path(f"{gate}.scored").read_text().split())
+    return 0
 
 
 def distributed(slow: SessionContext, cluster: LocalCluster, victim: Victim) -> DistributedContext:
@@ -254,12 +279,14 @@ def _spooled(spool: Path) -> list[Path]:
     return [p for p in spool.rglob("*") if p.is_file()]
 
 
-@pytest.mark.parametrize("method", ["to_arrow_table", "write_parquet", "cache"])
+@pytest.mark.parametrize("method", ["to_arrow_table", "collect", "to_pandas"])
 def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate, tmp_path, method):
     """A worker lost halfway: the run again reads what the finished tasks spooled and
     answers single-node's rows; the spool is empty once the result is read."""
     spool = tmp_path / "spool"
-    victim = Victim(cluster, gate)
+    # Killed once the other worker spooled most of its chunks (a chunk begun in a task's
+    # first quarter second is not spooled).
+    victim = Victim(cluster, gate, after=1.5)
     config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
     dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)
     df = dctx.sql(FLOWING)
@@ -268,7 +295,39 @@ def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate
     assert victim.killed.is_set()
     assert_same_rows(got, expected, ordered=False)
     assert {m["attempt"] for m in dctx.metrics(df)} == {1, 2}
+    # What was spooled before the loss is read, not scored again: the run after it scored
+    # fewer rows than the query has (a whole-query retry scores them all again).
+    again = scored(gate) - victim.scored_before
+    assert 0 < again < expected.num_rows, (again, victim.scored_before, expected.num_rows)
     assert not _spooled(spool)
+
+
+@pytest.mark.parametrize("method", ["write_parquet", "cache"])
+def test_task_level_recovery_runs_writes_and_kept_results_again_whole(
+    slow, expected, cluster, gate, tmp_path, method
+):
+    """A write or ``cache()`` is not spooled (a task read back would not write its rows, and a
+    run's staged commit takes only that run's files): the run after the loss does it all
+    again, and every row is there once — also when the other worker had finished its part."""
+    spool = tmp_path / "spool"
+    victim = Victim(cluster, gate, after=1.5)
+    config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
+    dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)
+    df = dctx.sql(FLOWING)
+    got = WHOLE[method](df, tmp_path)
+    assert victim.killed.is_set()
+    assert_same_rows(got, expected, ordered=False)
+    assert scored(gate) - victim.scored_before >= expected.num_rows
+    assert not _spooled(spool)
+
+
+def test_a_whole_query_retry_scores_every_row_again(slow, expected, cluster, gate):
+    """The contrast to the test above: without spooling, the run after a loss computes all."""
+    victim = Victim(cluster, gate)
+    df = distributed(slow, cluster, victim).sql(FLOWING)
+    assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+    assert victim.killed.is_set()
+    assert scored(gate) - victim.scored_before >= expected.num_rows
 
 
 def test_task_level_recovery_answers_as_single_node(ctx, tmp_path):

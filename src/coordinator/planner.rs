@@ -379,9 +379,11 @@ impl ClusterPlanner {
         if watched {
             watch(&log, Arc::clone(&self.observer), req.live_interval);
         }
-        // A spooling scan's runs split each stage alike, however many workers are left.
+        // A spooling scan's runs split each stage alike, however many workers are left. A
+        // write is not spooled: a task read back from the spool would not write its rows
+        // again, and a run's staged commit takes only what that run wrote.
         let spool = match (&req.spool_dir, req.role) {
-            (Some(dir), Role::Query) => Some(
+            (Some(dir), Role::Query) if !req.writes => Some(
                 spool
                     .unwrap_or_else(|| Spool::new(dir.clone(), spool_tasks(&req.options, workers))),
             ),
@@ -521,17 +523,17 @@ impl ClusterPlanner {
     }
 }
 
-/// The tasks per stage of a spooling scan: the user's `max_tasks_per_stage`, or eight per
-/// worker, so that the tasks of a stage finish one after another on each worker (a lost
-/// worker then costs about an eighth of its share, and the tasks left unfinished on the
-/// others). Each task has a fixed cost: short queries pay for the split.
+/// The tasks per stage of a spooling scan: the user's `max_tasks_per_stage`, or one per worker
+/// of its first run (as without spooling), kept for its runs again on fewer workers. A leaf
+/// task spools in chunks (`spool::chunks`), so a lost worker costs about a chunk of each of
+/// its tasks, not the tasks.
 fn spool_tasks(options: &HashMap<String, String>, workers: usize) -> usize {
     let set = options
         .get("distributed.max_tasks_per_stage")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(0);
     match set {
-        0 => 8 * workers.max(1),
+        0 => workers.max(1),
         n => n,
     }
 }

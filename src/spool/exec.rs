@@ -6,12 +6,14 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -19,49 +21,48 @@ use datafusion::physical_plan::{
 };
 use datafusion_distributed::DistributedTaskContext;
 use futures::StreamExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::chunks;
 use crate::plan_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.spool:";
+/// Bytes buffered per spool file read or written: an IPC batch is many small writes.
+const IO_BUFFER: usize = 1 << 20;
 
-/// Leaf-stage tasks computing at once in this process: a task's partitions already use the
-/// cores (one per core), so one task per two cores, and tasks finish one after another
-/// rather than all at the end.
-static TURNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Arc::new(Semaphore::new((cores / 2).max(1)))
-});
+/// A chunk spools only once its task has run this long: spooling is insurance, and a loss in a
+/// task's first quarter second costs that again (sub-second queries pay little for it).
+const SPOOL_AFTER: Duration = Duration::from_millis(250);
 
 /// What the partitions of one task share (each task runs its own decoded plan).
 #[derive(Debug, Default)]
 struct Task {
     /// Whether its files were all there when its first partition ran: decided once, so that
-    /// its partitions come from one run (a task's partitions split its rows in a way another
-    /// run may not repeat).
+    /// its partitions come from one run (a task's partitions may split its rows in a way
+    /// another run does not repeat, e.g. round-robin).
     reuse: OnceLock<bool>,
-    /// Its turn (leaf stages), held while any of its partitions computes.
-    turn: tokio::sync::Mutex<Option<Arc<OwnedSemaphorePermit>>>,
-    /// Its partitions still computing; the last one gives the turn back.
-    computing: AtomicUsize,
+    /// A leaf task cut in chunks (None: not cut).
+    chunks: OnceLock<Option<Arc<Chunks>>>,
 }
 
-impl Task {
-    async fn take_turn(&self) -> Arc<OwnedSemaphorePermit> {
-        let mut turn = self.turn.lock().await;
-        if let Some(turn) = &*turn {
-            return Arc::clone(turn);
-        }
-        let permit = Arc::new(TURNS.clone().acquire_owned().await.expect("never closed"));
-        *turn = Some(Arc::clone(&permit));
-        permit
-    }
+/// A leaf task's chunks, read by its partitions one after another.
+#[derive(Debug)]
+struct Chunks {
+    plans: Vec<Arc<dyn ExecutionPlan>>,
+    started: Instant,
+    /// How this run gets each chunk, decided by the first partition to reach it.
+    runs: Vec<OnceLock<ChunkRun>>,
+}
 
-    async fn partition_done(&self) {
-        if self.computing.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.turn.lock().await.take();
-        }
-    }
+#[derive(Debug)]
+enum ChunkRun {
+    /// An earlier run committed it: its files are read.
+    Read,
+    /// Computed, and spooled to `temporary` (renamed to the chunk's directory by the last of
+    /// its partitions to finish) unless the task was too young to spool.
+    Compute {
+        temporary: Option<PathBuf>,
+        left: AtomicUsize,
+    },
 }
 
 #[derive(Debug)]
@@ -70,7 +71,7 @@ pub struct SpoolExec {
     /// The scan's spool directory.
     dir: PathBuf,
     stage: usize,
-    /// The stage reads no other stage (its tasks take turns, see `TURNS`).
+    /// The stage reads no other stage (its tasks may be cut in chunks, see `chunks`).
     leaf: bool,
     /// Its tasks' shared state, by task directory (a plan a process runs for several tasks
     /// is one node for them all).
@@ -88,17 +89,40 @@ impl SpoolExec {
         }
     }
 
-    /// The directory of task `index` of `count` of this stage.
+    /// The directory of this task of this stage.
     fn task_dir(&self, ctx: &Arc<TaskContext>) -> PathBuf {
         let task = DistributedTaskContext::from_ctx(ctx);
         self.dir
             .join(format!("stage-{}", self.stage))
             .join(format!("task-{}-of-{}", task.task_index, task.task_count))
     }
+
+    /// This leaf task's chunks, or None for a task that is not cut.
+    fn chunks(&self, task: &Task, ctx: &Arc<TaskContext>) -> Option<Arc<Chunks>> {
+        let made = task.chunks.get_or_init(|| {
+            if !self.leaf {
+                return None;
+            }
+            let index = DistributedTaskContext::from_ctx(ctx).task_index;
+            let options = ctx.session_config().options();
+            let plans = chunks::chunks(&self.input, index, chunks::chunk_bytes(options))?;
+            let runs = plans.iter().map(|_| OnceLock::new()).collect();
+            Some(Arc::new(Chunks {
+                plans,
+                started: Instant::now(),
+                runs,
+            }))
+        });
+        made.clone()
+    }
 }
 
 fn file_of(task_dir: &Path, partition: usize) -> PathBuf {
     task_dir.join(format!("{partition}.arrow"))
+}
+
+fn chunk_dir(task_dir: &Path, chunk: usize) -> PathBuf {
+    task_dir.join(format!("chunk-{chunk}"))
 }
 
 impl DisplayAs for SpoolExec {
@@ -125,77 +149,221 @@ impl ExecutionPlan for SpoolExec {
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let task_dir = self.task_dir(&ctx);
-        let parts = self.input.output_partitioning().partition_count();
+        let schema = self.input.schema();
         let task = {
             let mut tasks = self.tasks.lock().expect("poisoned");
             Arc::clone(tasks.entry(task_dir.clone()).or_default())
         };
-        let reuse = *task.reuse.get_or_init(|| {
-            task.computing.store(parts, Ordering::Release);
-            (0..parts).all(|p| file_of(&task_dir, p).exists())
-        });
+        let parts = self.input.output_partitioning().partition_count();
+        if let Some(chunks) = self.chunks(&task, &ctx) {
+            return Ok(chunked(chunks, task_dir, partition, parts, ctx, schema));
+        }
+        let reuse = *task
+            .reuse
+            .get_or_init(|| (0..parts).all(|p| file_of(&task_dir, p).exists()));
         let file = file_of(&task_dir, partition);
-        let schema = self.input.schema();
         if reuse {
             return read(file, schema);
         }
-        let (input, leaf) = (Arc::clone(&self.input), self.leaf);
-        let out = Arc::clone(&schema);
-        let written = futures::stream::once(async move {
-            let turn = match leaf {
-                true => Some(task.take_turn().await),
-                false => None,
+        let rows = self.input.execute(partition, ctx)?;
+        Ok(tee(rows, task_dir, file, None))
+    }
+}
+
+/// Partition `partition` of a task cut in chunks: each chunk's partition in turn, read from
+/// the spool when an earlier run committed the chunk, computed (and spooled) otherwise.
+fn chunked(
+    chunks: Arc<Chunks>,
+    task_dir: PathBuf,
+    partition: usize,
+    parts: usize,
+    ctx: Arc<TaskContext>,
+    schema: SchemaRef,
+) -> SendableRecordBatchStream {
+    let out = Arc::clone(&schema);
+    let batches = futures::stream::iter(0..chunks.plans.len())
+        .map(move |c| {
+            let dir = chunk_dir(&task_dir, c);
+            let run = chunks.runs[c].get_or_init(|| match dir.exists() {
+                true => ChunkRun::Read,
+                false => ChunkRun::Compute {
+                    temporary: (chunks.started.elapsed() >= SPOOL_AFTER)
+                        .then(|| task_dir.join(format!("chunk-{c}.tmp-{}", uuid::Uuid::new_v4()))),
+                    left: AtomicUsize::new(parts),
+                },
+            });
+            let temporary = match run {
+                ChunkRun::Read => return read(file_of(&dir, partition), Arc::clone(&out)),
+                ChunkRun::Compute { temporary, .. } => temporary.clone(),
             };
-            let rows = input.execute(partition, ctx)?;
-            let written = write(rows, &task_dir, &file, &out).await;
-            drop(turn);
-            task.partition_done().await;
-            written?;
-            read(file, out)
+            let rows = chunks.plans[c].execute(partition, Arc::clone(&ctx))?;
+            let Some(temporary) = temporary else {
+                return Ok(rows);
+            };
+            // The last partition of the chunk to finish commits the chunk.
+            let (chunks, at) = (Arc::clone(&chunks), temporary.clone());
+            let commit = Box::new(move || match &chunks.runs[c].get() {
+                Some(ChunkRun::Compute { left, .. })
+                    if left.fetch_sub(1, Ordering::AcqRel) == 1 =>
+                {
+                    commit_dir(&at, &dir)
+                }
+                _ => Ok(()),
+            });
+            Ok(tee(
+                rows,
+                temporary.clone(),
+                file_of(&temporary, partition),
+                Some(commit),
+            ))
         })
-        .map(|stream| match stream {
+        .map(|chunk| match chunk {
             Ok(stream) => stream,
             Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         })
         .flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, written)))
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// Renames a chunk's finished temporary directory into place; when another run committed the
+/// chunk first, its files stand.
+fn commit_dir(temporary: &Path, dir: &Path) -> Result<()> {
+    match std::fs::rename(temporary, dir) {
+        Err(_) if dir.exists() => std::fs::remove_dir_all(temporary).map_err(Into::into),
+        done => done.map_err(Into::into),
     }
 }
 
-/// Writes `rows` to `file` whole — under a temporary name, renamed into place once the last
-/// batch is written, so that a file there is a finished task's partition.
-async fn write(
-    mut rows: SendableRecordBatchStream,
-    task_dir: &Path,
-    file: &Path,
-    schema: &datafusion::arrow::datatypes::SchemaRef,
-) -> Result<()> {
-    std::fs::create_dir_all(task_dir)?;
+/// `rows` passed on as they come, each batch also written to a temporary file that is renamed
+/// to `file` after the last, so that a file there is a whole partition.
+fn tee(
+    rows: SendableRecordBatchStream,
+    task_dir: PathBuf,
+    file: PathBuf,
+    then: Option<Committed>,
+) -> SendableRecordBatchStream {
+    let schema = rows.schema();
     let temporary = file.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    let outcome = async {
-        let mut writer = StreamWriter::try_new(BufWriter::new(File::create(&temporary)?), schema)?;
-        while let Some(batch) = rows.next().await {
-            writer.write(&batch?)?;
+    let opened = std::fs::create_dir_all(&task_dir)
+        .and_then(|()| File::create(&temporary))
+        .map_err(DataFusionError::from)
+        .and_then(|f| {
+            Ok(StreamWriter::try_new(
+                BufWriter::with_capacity(IO_BUFFER, f),
+                &schema,
+            )?)
+        });
+    let writer = match opened {
+        Ok(writer) => writer,
+        Err(e) => {
+            return Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::once(async move { Err(e) }),
+            ))
         }
-        writer.finish()?;
-        std::fs::rename(&temporary, file)?;
-        Ok(())
+    };
+    let teeing = Teeing(Some((
+        rows,
+        Teed {
+            writer: Some(writer),
+            temporary,
+            file,
+            then,
+        },
+    )));
+    let batches = futures::stream::unfold(teeing, |mut teeing| async move {
+        let (rows, teed) = teeing.0.as_mut()?;
+        match rows.next().await {
+            Some(Ok(batch)) => match teed.write(&batch) {
+                Ok(()) => Some((Ok(batch), teeing)),
+                Err(e) => Some((Err(e), Teeing(None))),
+            },
+            Some(Err(e)) => Some((Err(e), Teeing(None))),
+            None => {
+                let (_, mut teed) = teeing.0.take()?;
+                teed.commit().err().map(|e| (Err(e), Teeing(None)))
+            }
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// A partition's rows and their file, being passed on. Dropped before the end (its reader
+/// gone: a lost run, a cancel), a chunk's partition is written to its end in the background,
+/// so that the chunk a lost run had begun is there for the next (a chunk is a few MB of
+/// input: little is spent when no run comes).
+struct Teeing(Option<(SendableRecordBatchStream, Teed)>);
+
+impl Drop for Teeing {
+    fn drop(&mut self) {
+        let Some((mut rows, mut teed)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if teed.then.is_none() {
+            return;
+        }
+        runtime.spawn(async move {
+            while let Some(batch) = rows.next().await {
+                let Ok(()) = batch.and_then(|b| teed.write(&b)) else {
+                    return;
+                };
+            }
+            if let Err(e) = teed.commit() {
+                log::info!("spooling a chunk after its reader left: {e}");
+            }
+        });
     }
-    .await;
-    if outcome.is_err() {
-        let _ = std::fs::remove_file(&temporary);
+}
+
+/// A partition being written beside its stream; its temporary file is removed unless it was
+/// committed (a stream dropped or failed half-way leaves nothing).
+struct Teed {
+    writer: Option<StreamWriter<BufWriter<File>>>,
+    temporary: PathBuf,
+    file: PathBuf,
+    then: Option<Committed>,
+}
+
+/// What a partition does once its file is in place (a chunk's last one commits the chunk).
+type Committed = Box<dyn FnOnce() -> Result<()> + Send>;
+
+impl Teed {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        match &mut self.writer {
+            Some(writer) => Ok(writer.write(batch)?),
+            None => Ok(()),
+        }
     }
-    outcome
+
+    fn commit(&mut self) -> Result<()> {
+        if let Some(mut writer) = self.writer.take() {
+            writer.finish()?;
+            drop(writer);
+            std::fs::rename(&self.temporary, &self.file)?;
+        }
+        match self.then.take() {
+            Some(then) => then(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Teed {
+    fn drop(&mut self) {
+        if self.writer.take().is_some() {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
 }
 
 /// The batches of a spooled partition.
-fn read(
-    file: PathBuf,
-    schema: datafusion::arrow::datatypes::SchemaRef,
-) -> Result<SendableRecordBatchStream> {
+fn read(file: PathBuf, schema: SchemaRef) -> Result<SendableRecordBatchStream> {
     let opened = File::open(&file)
         .map_err(|e| exec_datafusion_err!("spooled partition {}: {e}", file.display()))?;
-    let reader = StreamReader::try_new(BufReader::new(opened), None)?;
+    let reader = StreamReader::try_new(BufReader::with_capacity(IO_BUFFER, opened), None)?;
     let batches = reader.map(|b: std::result::Result<RecordBatch, _>| b.map_err(Into::into));
     Ok(Box::pin(RecordBatchStreamAdapter::new(
         schema,

@@ -1,7 +1,7 @@
 //! Task-level recovery (`DistributedConfig(fault_tolerance="task")`): every task of a worker
-//! stage writes its output partitions to a spool directory before passing them on, and a run
-//! of the query again after a lost worker reuses what every finished task wrote there — so a
-//! lost worker costs its own unfinished tasks, not the query's work.
+//! stage writes its output partitions to a spool directory as it passes them on, and a run of
+//! the query again after a lost worker reuses what was written there — so a lost worker costs
+//! the work it had in flight, not the query's work.
 //!
 //! One mechanism does it, with the query-level retry (`coordinator::root`, `collect_whole`):
 //!
@@ -9,14 +9,16 @@
 //!   one scan share a spool key and a task count per stage (`Spool`), so task `t` of stage `s`
 //!   computes the same rows in every run: its files, once committed (written, then renamed
 //!   into place), stand for it, and a run that finds them reads them instead of computing.
-//! * The tasks of a stage that reads files (a leaf stage) take turns on each worker process
-//!   (a permit per core): they finish one after another, so at any point of the query most of
-//!   its finished work is on disk, not half of every task in flight.
+//! * A task that scans files is cut in chunks (`chunks`): slices of its files, run one after
+//!   another and committed each, so the part of a task done before a loss is kept too. Its
+//!   partitions pull the chunks as they read (no work runs ahead of its reader, as without
+//!   spooling): spooling adds no wait between stages.
 //!
 //! The directory must be one every worker reads and writes (the embedded cluster and a
 //! `LocalCluster` share the machine's; hosts of their own need a shared filesystem): a task
 //! that finds no file computes its rows again, so a directory that is not shared costs time,
 //! never rows. A scan's files are removed when the scan ends (`Spool::remove`).
+mod chunks;
 mod exec;
 
 use std::path::{Path, PathBuf};
