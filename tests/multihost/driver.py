@@ -12,7 +12,9 @@ happened as one JSON line (the test, on the machine's own namespace, cannot reac
   test can take a worker host away, then how it ended and how long it took: ``WorkerError``
   (with the worker it names), ``retried`` (single-node's rows, and the metrics show a run
   after the first, with the workers of each run), or a failure: ``not retried`` when the
-  rows came from the first run alone (the fault landed after the query's work);
+  rows came from the first run alone (the fault landed after the query's work). ``method``
+  says how the result is read (``READ``, or ``stream``: ``execute_stream()``, which reports
+  the rows it delivered before the loss);
 * ``dashboard``: serves the dashboard on this host and reads its status back over HTTP;
 * ``bench``: times queries per compression, with the bytes their shuffles moved
   (``benchmarks/multihost.py``).
@@ -57,15 +59,20 @@ SLOW = (
 FLOWING = "SELECT l_orderkey, l_linenumber, {f}(l_quantity) AS q FROM lineitem"
 
 
-def nap(a: pa.Array) -> pa.Array:
-    time.sleep(0.3)
-    return a
+def napping(seconds: float) -> Any:
+    """``nap``: its input, after ``seconds`` per batch."""
+
+    def nap(a: pa.Array) -> pa.Array:
+        time.sleep(seconds)
+        return a
+
+    return nap
 
 
-def session(data: str) -> SessionContext:
+def session(data: str, nap: float = 0.3) -> SessionContext:
     ctx = SessionContext()
     tpch.register(ctx, data)
-    ctx.register_udf(udf(nap, [pa.float64()], pa.float64(), "immutable", name="nap"))
+    ctx.register_udf(udf(napping(nap), [pa.float64()], pa.float64(), "immutable", name="nap"))
     return ctx
 
 
@@ -78,6 +85,43 @@ def distributed(ctx: SessionContext, job: dict[str, Any]) -> DistributedContext:
     config = DistributedConfig(**{**knobs, "compression": job.get("compression", "lz4")})
     sec = Security(**job["security"])
     return DistributedContext(ctx, workers=workers, security=sec, config=config, progress=False)
+
+
+def _parquet(df: Any, out: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    df.write_parquet(str(out / "written"))
+    return pq.read_table(out / "written")
+
+
+#: The ways the ``slow`` job reads the result whole (``method``), as the table each gives.
+READ: dict[str, Any] = {
+    "to_arrow_table": lambda df, _: df.to_arrow_table(),
+    "collect": lambda df, _: pa.Table.from_batches(df.collect()),
+    "to_pandas": lambda df, _: pa.Table.from_pandas(df.to_pandas(), preserve_index=False),
+    "write_parquet": _parquet,
+    "cache": lambda df, _: df.cache().to_arrow_table(),
+}
+
+
+def keys_of(t: pa.Table | pa.RecordBatch) -> list[tuple[int, int]]:
+    orders, lines = t.column("l_orderkey").to_pylist(), t.column("l_linenumber").to_pylist()
+    return list(zip(orders, lines, strict=True))
+
+
+def read_stream(df: Any, expected: pa.Table) -> dict[str, Any]:
+    """Reads ``df.execute_stream()``; a lost worker must end it with a ``WorkerError`` naming
+    the rows delivered, each of them one of single-node's, none twice."""
+    seen: list[tuple[int, int]] = []
+    try:
+        for batch in df.execute_stream():
+            seen += keys_of(batch if isinstance(batch, pa.RecordBatch) else batch.to_pyarrow())
+    except WorkerError as e:
+        keys = set(keys_of(expected))
+        return {"result": "stream_error", "rows_delivered": e.rows_delivered,
+                "delivered": len(seen), "all_known": set(seen) <= keys,
+                "none_twice": len(set(seen)) == len(seen), "error": str(e)[:2000]}  # fmt: skip
+    return {"result": "stream_whole", "delivered": len(seen)}
 
 
 def run_tpch(job: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +142,7 @@ def run_tpch(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_slow(job: dict[str, Any]) -> dict[str, Any]:
-    ctx = session(job["data"])
+    ctx = session(job["data"], job.get("nap", 0.3))
     dctx = distributed(ctx, job)
     sql = FLOWING if job.get("flowing") else SLOW
     expected = ctx.sql(sql.format(f="")).to_arrow_table()  # nap returns its input
@@ -106,10 +150,15 @@ def run_slow(job: dict[str, Any]) -> dict[str, Any]:
     assert is_distributed(dctx.explain(df))
     outcome: dict[str, Any] = {}
 
+    method = job.get("method", "to_arrow_table")
+
     def run() -> None:
         start = time.monotonic()
         try:
-            got = df.to_arrow_table()
+            if method == "stream":
+                outcome.update(read_stream(df, expected))
+                return
+            got = READ[method](df, Path(job.get("out", ".")))
             assert_same_rows(got, expected, ordered=False)
             # Right rows prove nothing of the fault unless it made the query run again.
             runs: dict[int, set[str]] = {}

@@ -151,12 +151,19 @@ def test_tpch_on_separate_hosts(net, cluster_of, data, tmp_path, setup):
 
 
 def slow_run(
-    net: Network, cluster: Cluster, data: Path, tmp_path: Path, fault, flowing: bool = False
+    net: Network,
+    cluster: Cluster,
+    data: Path,
+    tmp_path: Path,
+    fault,
+    flowing: bool = False,
+    **read: Any,
 ) -> dict:
     """Starts the slow query on the coordinator host (``flowing``: one whose rows flow back
-    as it runs), applies ``fault`` once it runs, and returns how it ended."""
+    as it runs; ``read``: the job's ``method`` and ``config``), applies ``fault`` once it
+    runs, and returns how it ended."""
     job = {"action": "slow", "workers": cluster.urls, "security": cluster.security,
-           "data": str(data), "flowing": flowing}  # fmt: skip
+           "data": str(data), "flowing": flowing, "out": str(tmp_path), **read}  # fmt: skip
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(job))
     proc = net.spawn("coordinator", [sys.executable, str(DRIVER), str(path)],
@@ -173,15 +180,18 @@ def slow_run(
     return report_of(out, err)
 
 
-@pytest.mark.parametrize("fault", ["killed", "cut off"])
-def test_a_worker_host_lost_mid_query(net, cluster_of, data, tmp_path, fault):
-    """A worker host killed, or cut off the network (no reset, no close: silence), while the
-    query runs: it retries on the survivors and answers single-node's rows, or raises a
-    WorkerError naming that worker — never a hang past the keep-alive budget. Either proves
-    the fault landed mid-query: single-node's rows from the first run alone do not."""
-    cluster = cluster_of("token")
+def take_away_run(
+    net: Network,
+    cluster: Cluster,
+    data: Path,
+    tmp_path: Path,
+    fault: str,
+    flowing: bool = True,
+    **read: Any,
+) -> tuple[dict, str]:
+    """The slow query (``flowing``: the one whose rows flow back as it runs), host w2 killed
+    or cut off once it runs: how it ended, and the lost worker's URL."""
     lost = "w2"
-    lost_url = cluster.urls[WORKERS.index(lost)]
 
     def take_away() -> None:
         if fault == "killed":
@@ -190,10 +200,21 @@ def test_a_worker_host_lost_mid_query(net, cluster_of, data, tmp_path, fault):
             net.cut(lost)
 
     try:
-        report = slow_run(net, cluster, data, tmp_path, take_away)
+        report = slow_run(net, cluster, data, tmp_path, take_away, flowing=flowing, **read)
     finally:
         if fault == "cut off":
             net.restore(lost)
+    return report, cluster.urls[WORKERS.index(lost)]
+
+
+@pytest.mark.parametrize("fault", ["killed", "cut off"])
+def test_a_worker_host_lost_mid_query(net, cluster_of, data, tmp_path, fault):
+    """A worker host killed, or cut off the network (no reset, no close: silence), while the
+    query runs: it retries on the survivors and answers single-node's rows, or raises a
+    WorkerError naming that worker — never a hang past the keep-alive budget. Either proves
+    the fault landed mid-query: single-node's rows from the first run alone do not."""
+    cluster = cluster_of("token")
+    report, lost_url = take_away_run(net, cluster, data, tmp_path, fault, flowing=False)
     assert report["running_at_fault"], report  # the query still ran when RUNNING was sent
     assert report["seconds"] < KEEPALIVE_BUDGET, report
     assert report["result"] in ("WorkerError", "retried"), report
@@ -207,30 +228,43 @@ def test_a_worker_host_lost_mid_query(net, cluster_of, data, tmp_path, fault):
         assert lost_url not in last, report  # the run that answered was on the survivors
 
 
+#: Each way of reading a whole result the tests take a host away from, with each recovery.
+READS = [
+    ("to_arrow_table", "query"), ("collect", "query"), ("to_pandas", "query"),
+    ("write_parquet", "query"), ("cache", "query"), ("to_arrow_table", "task"),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("fault", ["killed", "cut off"])
-def test_a_worker_host_lost_after_rows_flowed_costs_a_run(net, cluster_of, data, tmp_path, fault):
+@pytest.mark.parametrize(("method", "recovery"), READS)
+def test_a_worker_host_lost_after_rows_flowed_costs_a_run(
+    net, cluster_of, data, tmp_path, fault, method, recovery
+):
     """Rows of the query had reached the coordinator when the host was lost: the result was
     not handed on yet, so the query runs again on the survivors and answers single-node's
-    rows (issue 53), where it used to fail."""
+    rows (issue 53), where it used to fail — read whole each way, and with task-level
+    recovery (the hosts share this machine's filesystem, so the spool is shared)."""
     cluster = cluster_of("token")
-    lost = "w2"
-    lost_url = cluster.urls[WORKERS.index(lost)]
-
-    def take_away() -> None:
-        if fault == "killed":
-            cluster.procs[lost].kill()
-        else:
-            net.cut(lost)
-
-    try:
-        report = slow_run(net, cluster, data, tmp_path, take_away, flowing=True)
-    finally:
-        if fault == "cut off":
-            net.restore(lost)
+    config = {"file_scan_config_bytes_per_partition": 1, "fault_tolerance": recovery}
+    report, lost_url = take_away_run(
+        net, cluster, data, tmp_path, fault, method=method, config=config
+    )
     assert report["running_at_fault"], report
     assert report["result"] == "retried", report
     runs = report["workers_by_attempt"]
     assert lost_url in runs["1"] and lost_url not in runs[str(max(int(a) for a in runs))]
+
+
+def test_a_stream_cut_by_a_lost_host_names_the_rows_it_delivered(net, cluster_of, data, tmp_path):
+    """``execute_stream()`` had handed rows on when the host's network was cut: it ends with a
+    ``WorkerError`` naming how many, each delivered row one of single-node's, none twice."""
+    cluster = cluster_of("token")
+    report, _ = take_away_run(net, cluster, data, tmp_path, "cut off", method="stream")
+    assert report["running_at_fault"], report
+    assert report["result"] == "stream_error", report
+    assert report["rows_delivered"] == report["delivered"] > 0, report
+    assert report["all_known"] and report["none_twice"], report
+    assert f"after {report['delivered']} rows" in report["error"], report
 
 
 def test_dns_workers_from_the_hosts_resolution(net, cluster_of, data, tmp_path):
