@@ -14,7 +14,8 @@ happened as one JSON line (the test, on the machine's own namespace, cannot reac
   after the first, with the workers of each run), or a failure: ``not retried`` when the
   rows came from the first run alone (the fault landed after the query's work). ``method``
   says how the result is read (``READ``, or ``stream``: ``execute_stream()``, which reports
-  the rows it delivered before the loss);
+  the rows it delivered before the loss), ``sql`` replaces the query (``{f}`` in it stands
+  for ``nap``);
 * ``dashboard``: serves the dashboard on this host and reads its status back over HTTP;
 * ``bench``: times queries per compression, with the bytes their shuffles moved
   (``benchmarks/multihost.py``).
@@ -144,7 +145,7 @@ def run_tpch(job: dict[str, Any]) -> dict[str, Any]:
 def run_slow(job: dict[str, Any]) -> dict[str, Any]:
     ctx = session(job["data"], job.get("nap", 0.3))
     dctx = distributed(ctx, job)
-    sql = FLOWING if job.get("flowing") else SLOW
+    sql = job.get("sql") or (FLOWING if job.get("flowing") else SLOW)
     expected = ctx.sql(sql.format(f="")).to_arrow_table()  # nap returns its input
     df = dctx.sql(sql.format(f="nap"))
     assert is_distributed(dctx.explain(df))
@@ -159,6 +160,7 @@ def run_slow(job: dict[str, Any]) -> dict[str, Any]:
                 outcome.update(read_stream(df, expected))
                 return
             got = READ[method](df, Path(job.get("out", ".")))
+            outcome["query_seconds"] = time.monotonic() - start  # the check's time apart
             assert_same_rows(got, expected, ordered=False)
             # Right rows prove nothing of the fault unless it made the query run again.
             runs: dict[int, set[str]] = {}
