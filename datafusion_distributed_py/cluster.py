@@ -153,6 +153,16 @@ class LocalCluster:
         if dashboard:
             self.dashboard = self._serve_dashboard()
 
+    def starting(self) -> int:
+        """How many workers are dead and not yet replaced by a restart (``restart=True``).
+
+        A query that lost a worker waits for these (up to 10 s) before it runs again, so the
+        run again has the whole cluster, not only the workers left.
+        """
+        if self._watcher is None or self._closing.is_set():
+            return 0
+        return sum(p.poll() is not None for p in self.processes)
+
     @property
     def dashboard_url(self) -> str | None:
         """The dashboard's address, with the cluster's token (``dashboard=True``)."""

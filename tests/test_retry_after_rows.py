@@ -197,6 +197,9 @@ def test_a_worker_killed_halfway_costs_a_run_not_the_query(
     retries = [e for e in victim.events if e.kind == "retry"]
     assert len(retries) == 1 and retries[0].attempt == 1
     assert retries[0].worker_url == victim.url
+    # The cluster restarted the lost worker and the run again waited for it: it ran on both.
+    run_two = {m["worker_url"] for m in dctx.metrics(df) if m["attempt"] == 2}
+    assert victim.url not in run_two and set(cluster.urls) <= run_two, (run_two, cluster.urls)
 
 
 def test_create_table_as_after_a_worker_is_lost_keeps_every_row(slow, expected, cluster, gate):
@@ -284,8 +287,8 @@ def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate
     """A worker lost halfway: the run again reads what the finished tasks spooled and
     answers single-node's rows; the spool is empty once the result is read."""
     spool = tmp_path / "spool"
-    # Killed once the other worker spooled most of its chunks (a chunk begun in a task's
-    # first quarter second is not spooled).
+    # Killed once the other worker spooled most of its chunks (a task writes its files once
+    # it has run half a second).
     victim = Victim(cluster, gate, after=1.5)
     config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
     dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)

@@ -208,6 +208,9 @@ pub struct Planned {
     pub spool: Option<Spool>,
 }
 
+/// The longest a run again after a lost worker waits for the replacements a cluster starts.
+const REPLACEMENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct ClusterPlanner {
     cluster: Cluster,
     runtime_env: Arc<RuntimeEnv>,
@@ -320,6 +323,27 @@ impl ClusterPlanner {
             && lost_workers(channels, &urls).await.is_empty()
     }
 
+    /// Waits (at most `REPLACEMENT_WAIT`) for the workers the cluster says it is starting: a
+    /// run again after a lost worker then has the replacement's share of the machine, not
+    /// only the workers left (a `LocalCluster` restarts a dead worker in under a second).
+    async fn await_starting(&self) {
+        let Cluster::Remote(workers, ..) = &self.cluster else {
+            return;
+        };
+        let start = std::time::Instant::now();
+        let mut told = false;
+        loop {
+            let starting = workers.starting();
+            if starting == 0 || start.elapsed() >= REPLACEMENT_WAIT {
+                break;
+            }
+            if !std::mem::replace(&mut told, true) {
+                log::info!("waiting for the {starting} worker(s) the cluster is starting");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
     /// Resolves the workers, leaves out the lost ones, decodes the plan and distributes it;
     /// `attempt` counts the runs of this query (1 for the first). Scalar subqueries run while
     /// planning: a worker lost meanwhile is left out and planning starts again, up to
@@ -345,11 +369,15 @@ impl ClusterPlanner {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Planned>> + Send + 'a>> {
         Box::pin(async move {
             let mut retries = if req.writes { 0 } else { req.max_retries };
+            if attempt > 1 {
+                self.await_starting().await;
+            }
             loop {
                 match self.plan_once(req, attempt, spool.clone()).await {
                     Err(e) if retries > 0 && is_worker_lost(&e) => {
                         log::warn!("{e}: planning the query again on the workers left");
                         self.find_lost().await;
+                        self.await_starting().await;
                         retries -= 1;
                     }
                     planned => return planned,

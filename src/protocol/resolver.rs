@@ -9,6 +9,12 @@ use super::urls::parse_worker_url;
 /// Lists the workers' URLs as written (asked at each query's planning), or says why not.
 pub trait ListWorkers: Send + Sync {
     fn list(&self) -> std::result::Result<Vec<String>, String>;
+
+    /// How many workers the cluster is starting now that `list` does not name yet (a
+    /// replacement for one that died): a run again after a lost worker waits for them.
+    fn starting(&self) -> usize {
+        0
+    }
 }
 
 pub enum Workers {
@@ -34,6 +40,14 @@ impl Workers {
                     .map(|u| parse_worker_url(u).map_err(DataFusionError::Configuration))
                     .collect()
             }
+        }
+    }
+
+    /// Workers being started that the list does not name yet (never for a fixed list).
+    pub fn starting(&self) -> usize {
+        match self {
+            Workers::Static(_) => 0,
+            Workers::Resolver(resolver) => resolver.starting(),
         }
     }
 }

@@ -357,6 +357,21 @@ impl ListWorkers for PythonResolver {
             .ok_or_else(|| "the Python interpreter is exiting".to_string())?
             .map_err(|e| e.to_string())
     }
+
+    /// The resolver's `starting()` (a `LocalCluster` restarting a dead worker), 0 without one.
+    fn starting(&self) -> usize {
+        crate::runtime::interpreter::attach(|py| {
+            let resolver = self.0.bind(py);
+            match resolver.getattr(pyo3::intern!(py, "starting")) {
+                Ok(f) => f.call0().and_then(|n| n.extract()).unwrap_or_else(|e| {
+                    log::warn!("worker resolver's starting() failed: {e}");
+                    0
+                }),
+                Err(_) => 0,
+            }
+        })
+        .unwrap_or(0)
+    }
 }
 
 /// The user's progress callback, called `(stage, done, total, worker_url, attempt, kind, rows,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::common::{exec_datafusion_err, DataFusionError, Result};
+use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -29,9 +29,12 @@ const TAG: &[u8] = b"dfdpy.spool:";
 /// Bytes buffered per spool file read or written: an IPC batch is many small writes.
 const IO_BUFFER: usize = 1 << 20;
 
-/// A chunk spools only once its task has run this long: spooling is insurance, and a loss in a
-/// task's first quarter second costs that again (sub-second queries pay little for it).
-const SPOOL_AFTER: Duration = Duration::from_millis(250);
+/// A task's files are written only once it has run this long (its batches held until then, or
+/// until they are `HOLD_BYTES`): spooling is insurance, and a loss in a task's first half
+/// second costs that again (sub-second queries pay little for it).
+const SPOOL_AFTER: Duration = Duration::from_millis(500);
+/// The most a partition holds before its file is opened, however young its task.
+const HOLD_BYTES: usize = 8 << 20;
 
 /// What the partitions of one task share (each task runs its own decoded plan).
 #[derive(Debug, Default)]
@@ -42,6 +45,8 @@ struct Task {
     reuse: OnceLock<bool>,
     /// A leaf task cut in chunks (None: not cut).
     chunks: OnceLock<Option<Arc<Chunks>>>,
+    /// When its first partition began (a task not cut spools from `SPOOL_AFTER` after).
+    started: OnceLock<Instant>,
 }
 
 /// A leaf task's chunks, read by its partitions one after another.
@@ -58,10 +63,12 @@ enum ChunkRun {
     /// An earlier run committed it: its files are read.
     Read,
     /// Computed, and spooled to `temporary` (renamed to the chunk's directory by the last of
-    /// its partitions to finish) unless the task was too young to spool.
+    /// its partitions to finish), unless a partition ended before its task was old enough to
+    /// spool (`SPOOL_AFTER`).
     Compute {
-        temporary: Option<PathBuf>,
+        temporary: PathBuf,
         left: AtomicUsize,
+        unspooled: AtomicBool,
     },
 }
 
@@ -166,7 +173,8 @@ impl ExecutionPlan for SpoolExec {
             return read(file, schema);
         }
         let rows = self.input.execute(partition, ctx)?;
-        Ok(tee(rows, task_dir, file, None))
+        let spool_from = *task.started.get_or_init(Instant::now) + SPOOL_AFTER;
+        Ok(tee(rows, task_dir, file, spool_from, None))
     }
 }
 
@@ -187,9 +195,9 @@ fn chunked(
             let run = chunks.runs[c].get_or_init(|| match dir.exists() {
                 true => ChunkRun::Read,
                 false => ChunkRun::Compute {
-                    temporary: (chunks.started.elapsed() >= SPOOL_AFTER)
-                        .then(|| task_dir.join(format!("chunk-{c}.tmp-{}", uuid::Uuid::new_v4()))),
+                    temporary: task_dir.join(format!("chunk-{c}.tmp-{}", uuid::Uuid::new_v4())),
                     left: AtomicUsize::new(parts),
+                    unspooled: AtomicBool::new(false),
                 },
             });
             let temporary = match run {
@@ -197,16 +205,22 @@ fn chunked(
                 ChunkRun::Compute { temporary, .. } => temporary.clone(),
             };
             let rows = chunks.plans[c].execute(partition, Arc::clone(&ctx))?;
-            let Some(temporary) = temporary else {
-                return Ok(rows);
-            };
-            // The last partition of the chunk to finish commits the chunk.
+            let spool_from = chunks.started + SPOOL_AFTER;
+            // The last partition of the chunk to finish commits the chunk, if all spooled.
             let (chunks, at) = (Arc::clone(&chunks), temporary.clone());
-            let commit = Box::new(move || match &chunks.runs[c].get() {
-                Some(ChunkRun::Compute { left, .. })
-                    if left.fetch_sub(1, Ordering::AcqRel) == 1 =>
-                {
-                    commit_dir(&at, &dir)
+            let commit = Box::new(move |spooled: bool| match &chunks.runs[c].get() {
+                Some(ChunkRun::Compute {
+                    left, unspooled, ..
+                }) => {
+                    unspooled.fetch_or(!spooled, Ordering::AcqRel);
+                    match left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        false => Ok(()),
+                        true if unspooled.load(Ordering::Acquire) => {
+                            let _ = std::fs::remove_dir_all(&at);
+                            Ok(())
+                        }
+                        true => commit_dir(&at, &dir),
+                    }
                 }
                 _ => Ok(()),
             });
@@ -214,6 +228,7 @@ fn chunked(
                 rows,
                 temporary.clone(),
                 file_of(&temporary, partition),
+                spool_from,
                 Some(commit),
             ))
         })
@@ -235,42 +250,28 @@ fn commit_dir(temporary: &Path, dir: &Path) -> Result<()> {
 }
 
 /// `rows` passed on as they come, each batch also written to a temporary file that is renamed
-/// to `file` after the last, so that a file there is a whole partition.
+/// to `file` after the last, so that a file there is a whole partition. Batches before
+/// `spool_from` are held, and written then; a partition that ends before it is not spooled.
 fn tee(
     rows: SendableRecordBatchStream,
-    task_dir: PathBuf,
+    dir: PathBuf,
     file: PathBuf,
+    spool_from: Instant,
     then: Option<Committed>,
 ) -> SendableRecordBatchStream {
     let schema = rows.schema();
-    let temporary = file.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    let opened = std::fs::create_dir_all(&task_dir)
-        .and_then(|()| File::create(&temporary))
-        .map_err(DataFusionError::from)
-        .and_then(|f| {
-            Ok(StreamWriter::try_new(
-                BufWriter::with_capacity(IO_BUFFER, f),
-                &schema,
-            )?)
-        });
-    let writer = match opened {
-        Ok(writer) => writer,
-        Err(e) => {
-            return Box::pin(RecordBatchStreamAdapter::new(
-                schema,
-                futures::stream::once(async move { Err(e) }),
-            ))
-        }
+    let teed = Teed {
+        writer: None,
+        held: Some(Vec::new()),
+        held_bytes: 0,
+        spool_from,
+        schema: Arc::clone(&schema),
+        dir,
+        temporary: file.with_extension(format!("tmp-{}", uuid::Uuid::new_v4())),
+        file,
+        then,
     };
-    let teeing = Teeing(Some((
-        rows,
-        Teed {
-            writer: Some(writer),
-            temporary,
-            file,
-            then,
-        },
-    )));
+    let teeing = Teeing(Some((rows, teed)));
     let batches = futures::stream::unfold(teeing, |mut teeing| async move {
         let (rows, teed) = teeing.0.as_mut()?;
         match rows.next().await {
@@ -322,30 +323,70 @@ impl Drop for Teeing {
 /// committed (a stream dropped or failed half-way leaves nothing).
 struct Teed {
     writer: Option<StreamWriter<BufWriter<File>>>,
+    /// The batches passed on before `spool_from`, while no file is open (None once it is).
+    held: Option<Vec<RecordBatch>>,
+    held_bytes: usize,
+    spool_from: Instant,
+    schema: SchemaRef,
+    /// Where `temporary` is made (created with the first file in it).
+    dir: PathBuf,
     temporary: PathBuf,
     file: PathBuf,
     then: Option<Committed>,
 }
 
-/// What a partition does once its file is in place (a chunk's last one commits the chunk).
-type Committed = Box<dyn FnOnce() -> Result<()> + Send>;
+/// What a partition does once it ended, told whether its file is in place (a chunk's last
+/// partition commits the chunk when all are).
+type Committed = Box<dyn FnOnce(bool) -> Result<()> + Send>;
 
 impl Teed {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if let Some(held) = &mut self.held {
+            held.push(batch.clone());
+            self.held_bytes += batch.get_array_memory_size();
+            return match self.held_bytes > HOLD_BYTES {
+                true => self.open(),
+                false => self.open_when_due(),
+            };
+        }
         match &mut self.writer {
             Some(writer) => Ok(writer.write(batch)?),
             None => Ok(()),
         }
     }
 
+    /// Opens the file and writes the held batches, once `spool_from` has passed.
+    fn open_when_due(&mut self) -> Result<()> {
+        match Instant::now() < self.spool_from {
+            true => Ok(()),
+            false => self.open(),
+        }
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(&self.dir)?;
+        let f = File::create(&self.temporary)?;
+        let writer = StreamWriter::try_new(BufWriter::with_capacity(IO_BUFFER, f), &self.schema)?;
+        let writer = self.writer.insert(writer);
+        for batch in &held {
+            writer.write(batch)?;
+        }
+        Ok(())
+    }
+
     fn commit(&mut self) -> Result<()> {
+        self.open_when_due()?;
+        let spooled = self.writer.is_some();
         if let Some(mut writer) = self.writer.take() {
             writer.finish()?;
             drop(writer);
             std::fs::rename(&self.temporary, &self.file)?;
         }
         match self.then.take() {
-            Some(then) => then(),
+            Some(then) => then(spooled),
             None => Ok(()),
         }
     }
@@ -458,6 +499,70 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["0.arrow", "1.arrow"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A partition begun before `spool_from` holds its batches and writes them all once it
+    /// passes; one that ends before it leaves no file and says so.
+    #[test]
+    fn batches_before_the_spool_starts_are_held_then_written() {
+        let dir = std::env::temp_dir().join(format!("dfdpy-spool-test-{}", uuid::Uuid::new_v4()));
+        let batch = |v: i64| {
+            let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+            let col = Arc::new(Int64Array::from(vec![v])) as _;
+            RecordBatch::try_new(schema, vec![col]).unwrap()
+        };
+        let teed = |name: &str, spool_from: Instant, said: Arc<Mutex<Option<bool>>>| Teed {
+            writer: None,
+            held: Some(Vec::new()),
+            held_bytes: 0,
+            spool_from,
+            schema: batch(0).schema(),
+            dir: dir.join("chunk.tmp"),
+            temporary: dir.join(format!("{name}.tmp")),
+            file: dir.join(name),
+            then: Some(Box::new(move |spooled| {
+                *said.lock().unwrap() = Some(spooled);
+                Ok(())
+            })),
+        };
+        let late = Arc::new(Mutex::new(None));
+        let mut t = teed(
+            "late",
+            Instant::now() + Duration::from_secs(3600),
+            Arc::clone(&late),
+        );
+        t.write(&batch(1)).unwrap();
+        t.commit().unwrap();
+        assert_eq!(*late.lock().unwrap(), Some(false));
+        assert!(!dir.join("late").exists());
+
+        let due = Arc::new(Mutex::new(None));
+        let mut t = teed(
+            "due",
+            Instant::now() + Duration::from_millis(30),
+            Arc::clone(&due),
+        );
+        t.write(&batch(1)).unwrap();
+        assert!(t.writer.is_none());
+        std::thread::sleep(Duration::from_millis(40));
+        t.write(&batch(2)).unwrap();
+        t.commit().unwrap();
+        assert_eq!(*due.lock().unwrap(), Some(true));
+        let read: Vec<i64> = StreamReader::try_new(File::open(dir.join("due")).unwrap(), None)
+            .unwrap()
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let col = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .clone();
+                col.values().to_vec()
+            })
+            .collect();
+        assert_eq!(read, vec![1, 2]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
