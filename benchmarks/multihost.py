@@ -26,6 +26,7 @@ from harness import tpch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "multihost"))
+from hosts import start_worker  # noqa: E402
 from netns import Network, available  # noqa: E402
 
 DRIVER = HERE.parent / "tests" / "multihost" / "driver.py"
@@ -44,15 +45,13 @@ def _workers(stack: ExitStack, net: Network | None, token_file: str) -> list[str
     """Three CLI workers: on their own hosts, or on this machine's loopback."""
     urls = []
     for host in WORKERS:
-        argv = ["datafusion-distributed-worker", "--port", "0" if net is None else "50051",
-                "--token-file", token_file]  # fmt: skip
         if net is not None:
-            argv += ["--host", "0.0.0.0", "--advertise-host", net.address[host]]
-            proc = net.spawn(host, argv, stdout=subprocess.PIPE)
-        else:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-            stack.callback(proc.wait)
-            stack.callback(proc.kill)
+            urls.append(start_worker(net, host, "--token-file", token_file)[1])
+            continue
+        argv = ["datafusion-distributed-worker", "--port", "0", "--token-file", token_file]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        stack.callback(proc.wait)
+        stack.callback(proc.kill)
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         assert line.startswith("listening on "), line

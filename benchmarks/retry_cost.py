@@ -56,8 +56,7 @@ def session(sf: float) -> SessionContext:
 
 
 def healed(cluster: LocalCluster) -> None:
-    while any(p.poll() is not None for p in cluster.processes):
-        time.sleep(0.05)
+    cluster.wait_for_workers()
     time.sleep(1.0)
 
 

@@ -15,7 +15,6 @@ The query (``SQL``: rows flowing back as the workers hash them) is read with
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -29,9 +28,9 @@ from harness import tpch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "multihost"))
+from hosts import drive_with_fault, start_worker  # noqa: E402
 from netns import Network, available  # noqa: E402
 
-DRIVER = HERE.parent / "tests" / "multihost" / "driver.py"
 WORKERS = ("w1", "w2", "w3")
 LOST = "w2"
 #: Its rows flow back as the scan tasks make them, each costing the workers' CPU: a hash of
@@ -49,15 +48,8 @@ class Hosts:
         self.urls = [self.start(host) for host in WORKERS]
 
     def start(self, host: str) -> str:
-        argv = ["datafusion-distributed-worker", "--port", "50051", "--host", "0.0.0.0",
-                "--advertise-host", self.net.address[host],
-                "--token-file", str(self.token_file)]  # fmt: skip
-        proc = self.net.spawn(host, argv, stdout=subprocess.PIPE)
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("listening on "), line
-        self.procs[host] = proc
-        return line.removeprefix("listening on ")
+        self.procs[host], url = start_worker(self.net, host, "--token-file", str(self.token_file))
+        return url
 
     def healed(self) -> None:
         """The lost host's worker up again (same address) when an earlier run killed it."""
@@ -71,21 +63,13 @@ def run(
     """One run of the flowing query; the lost host's worker killed ``kill_at`` seconds in."""
     hosts.healed()
     job = {**job, "running_after": kill_at if kill_at is not None else 0.05}
-    path = scratch / "job.json"
-    path.write_text(json.dumps(job))
-    proc = net.spawn("coordinator", [sys.executable, str(DRIVER), str(path)],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "RUNNING", line + (proc.stderr.read() if proc.stderr else "")
-    if kill_at is not None:
-        hosts.procs[LOST].kill()
-        hosts.procs[LOST].wait()
-    out, err = proc.communicate(timeout=600)
-    reports = [x for x in out.splitlines() if x.startswith("REPORT ")]
-    if not reports:
-        raise RuntimeError(f"the driver failed: {err[-2000:]}")
-    report: dict = json.loads(reports[-1].removeprefix("REPORT "))
+
+    def kill() -> None:
+        if kill_at is not None:
+            hosts.procs[LOST].kill()
+            hosts.procs[LOST].wait()
+
+    report = drive_with_fault(net, job, scratch / "job.json", kill, timeout=600)
     wanted = "retried" if kill_at is not None else "not retried"
     if report.get("result") != wanted:
         raise RuntimeError(f"expected {wanted}: {report}")

@@ -163,6 +163,22 @@ class LocalCluster:
             return 0
         return sum(p.poll() is not None for p in self.processes)
 
+    def wait_for_workers(self, timeout: float = 30.0) -> None:
+        """Wait until every worker serves, the dead ones restarted (see :meth:`starting`).
+
+        Raises:
+            TimeoutError: naming the workers still down after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while self.starting():
+            if time.monotonic() > deadline:
+                down = [i for i, p in enumerate(self.processes) if p.poll() is not None]
+                raise TimeoutError(
+                    f"LocalCluster workers {down} were not restarted within {timeout:g} s "
+                    f"(their logs: {self.log_dir})"
+                )
+            time.sleep(0.05)
+
     @property
     def dashboard_url(self) -> str | None:
         """The dashboard's address, with the cluster's token (``dashboard=True``)."""

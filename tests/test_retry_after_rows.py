@@ -93,10 +93,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 def healed(cluster: LocalCluster) -> None:
     """Waits until the cluster restarted the worker an earlier test killed."""
-    deadline = time.monotonic() + 30
-    while any(p.poll() is not None for p in cluster.processes):
-        assert time.monotonic() < deadline, "the cluster did not restart its dead worker"
-        time.sleep(0.05)
+    cluster.wait_for_workers(timeout=30)
 
 
 class Victim:
@@ -282,21 +279,35 @@ def _spooled(spool: Path) -> list[Path]:
     return [p for p in spool.rglob("*") if p.is_file()]
 
 
-@pytest.mark.parametrize("method", ["to_arrow_table", "collect", "to_pandas"])
-def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate, tmp_path, method):
-    """A worker lost halfway: the run again reads what the finished tasks spooled and
-    answers single-node's rows; the spool is empty once the result is read."""
-    spool = tmp_path / "spool"
-    # Killed once the other worker spooled most of its chunks (a task writes its files once
-    # it has run half a second).
+def _lost_in_task_mode(
+    slow: SessionContext,
+    expected: pa.Table,
+    cluster: LocalCluster,
+    gate: Path,
+    tmp: Path,
+    method: str,
+) -> tuple[DistributedContext, Any, Victim, Path]:
+    """The flowing query read by ``method`` with ``fault_tolerance="task"``, a worker killed
+    once the other spooled most of its chunks (a task writes its files once it has run half
+    a second): single-node's rows, a worker lost. The context, the frame, the victim and the
+    spool."""
+    spool = tmp / "spool"
     victim = Victim(cluster, gate, after=1.5)
     config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
     dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)
     df = dctx.sql(FLOWING)
-    assert "SpoolExec" in dctx.explain(df)
-    got = WHOLE[method](df, tmp_path)
+    got = WHOLE[method](df, tmp)
     assert victim.killed.is_set()
     assert_same_rows(got, expected, ordered=False)
+    return dctx, df, victim, spool
+
+
+@pytest.mark.parametrize("method", ["to_arrow_table", "collect", "to_pandas"])
+def test_task_level_recovery_reuses_finished_tasks(slow, expected, cluster, gate, tmp_path, method):
+    """A worker lost halfway: the run again reads what the finished tasks spooled and
+    answers single-node's rows; the spool is empty once the result is read."""
+    dctx, df, victim, spool = _lost_in_task_mode(slow, expected, cluster, gate, tmp_path, method)
+    assert "SpoolExec" in dctx.explain(df)
     assert {m["attempt"] for m in dctx.metrics(df)} == {1, 2}
     # What was spooled before the loss is read, not scored again: the run after it scored
     # fewer rows than the query has (a whole-query retry scores them all again).
@@ -312,14 +323,7 @@ def test_task_level_recovery_runs_writes_and_kept_results_again_whole(
     """A write or ``cache()`` is not spooled (a task read back would not write its rows, and a
     run's staged commit takes only that run's files): the run after the loss does it all
     again, and every row is there once — also when the other worker had finished its part."""
-    spool = tmp_path / "spool"
-    victim = Victim(cluster, gate, after=1.5)
-    config = SPLIT_CONFIG.replace(fault_tolerance="task", spool_dir=str(spool))
-    dctx = DistributedContext(slow, workers=cluster, config=config, progress=victim)
-    df = dctx.sql(FLOWING)
-    got = WHOLE[method](df, tmp_path)
-    assert victim.killed.is_set()
-    assert_same_rows(got, expected, ordered=False)
+    _, _, victim, spool = _lost_in_task_mode(slow, expected, cluster, gate, tmp_path, method)
     assert scored(gate) - victim.scored_before >= expected.num_rows
     assert not _spooled(spool)
 

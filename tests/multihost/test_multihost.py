@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hosts import DRIVER, PORT, drive_with_fault, report_of, start_worker
 from netns import Network, available
 
 from datafusion_distributed_py import Security
@@ -27,9 +28,7 @@ WHY_NOT = available()
 if WHY_NOT is not None:
     pytest.skip(f"multi-host tests need network namespaces: {WHY_NOT}", allow_module_level=True)
 
-DRIVER = Path(__file__).with_name("driver.py")
 WORKERS = ("w1", "w2", "w3")
-PORT = 50051
 #: A name the coordinator host resolves to every worker (its /etc/hosts), as a DNS name would.
 SERVICE = "workers.dfdpy"
 #: The longest a lost worker may take to be noticed: HTTP/2 keep-alive finds a silent peer
@@ -89,14 +88,9 @@ def start(net: Network, secrets: dict[str, str], setup: str) -> Cluster:
     flags, coordinator = SETUPS[setup]
     procs, urls = {}, []
     for host in WORKERS:
-        argv = ["datafusion-distributed-worker", "--host", "0.0.0.0", "--port", str(PORT),
-                "--advertise-host", net.address[host], "--token-file", secrets["token"],
-                *(f.format(**secrets) for f in flags)]  # fmt: skip
-        proc = net.spawn(host, argv, stdout=subprocess.PIPE)
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("listening on "), line
-        urls.append(line.removeprefix("listening on "))
+        proc, url = start_worker(net, host, "--token-file", secrets["token"],
+                                 *(f.format(**secrets) for f in flags))  # fmt: skip
+        urls.append(url)
         procs[host] = proc
     security = {"token": Path(secrets["token"]).read_text()}
     security.update({k: v.format(**secrets) if isinstance(v, str) else v
@@ -125,12 +119,6 @@ def drive(net: Network, job: dict[str, Any], tmp_path: Path, timeout: float = 60
     path.write_text(json.dumps(job))
     done = net.run("coordinator", [sys.executable, str(DRIVER), str(path)], timeout=timeout)
     return report_of(done.stdout, done.stderr)
-
-
-def report_of(stdout: str, stderr: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("REPORT ")]
-    assert lines, f"the driver reported nothing:\n{stdout[-3000:]}\n{stderr[-5000:]}"
-    return json.loads(lines[-1].removeprefix("REPORT "))  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
@@ -164,20 +152,7 @@ def slow_run(
     runs, and returns how it ended."""
     job = {"action": "slow", "workers": cluster.urls, "security": cluster.security,
            "data": str(data), "flowing": flowing, "out": str(tmp_path), **read}  # fmt: skip
-    path = tmp_path / "slow.json"
-    path.write_text(json.dumps(job))
-    proc = net.spawn("coordinator", [sys.executable, str(DRIVER), str(path)],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "RUNNING", line + (proc.stderr.read() if proc.stderr else "")
-    fault()
-    try:
-        out, err = proc.communicate(timeout=KEEPALIVE_BUDGET + 60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the query hung past the keep-alive budget after losing a worker host")
-    return report_of(out, err)
+    return drive_with_fault(net, job, tmp_path / "slow.json", fault, KEEPALIVE_BUDGET + 60)
 
 
 def take_away_run(
