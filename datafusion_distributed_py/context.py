@@ -41,6 +41,7 @@ from datafusion_distributed_py.plan_facts import (
     optimized,
     physical_facts,
     table_scans,
+    without_window_topn,
 )
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.progress import ProgressCallback
@@ -644,6 +645,9 @@ class DistributedContext:
         # Plans reading lakehouse or kept tables, or holding recursive queries, go through the
         # twin carrying their codec.
         facts = physical_facts(physical)
+        if facts.window_topn:
+            physical = without_window_topn(self._ctx, fresh)
+            facts = physical_facts(physical)
         recursive = facts.recursive_queries
         wire = self._wire if recursive or facts.reads_our_leaves else self._ctx
         try:

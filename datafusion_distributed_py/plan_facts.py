@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from dataclasses import dataclass, field
 
-from datafusion import DataFrame, ExecutionPlan, LogicalPlan
+from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
 from datafusion.expr import TableScan
 
 #: Our own leaves, as datafusion-python shows a foreign node: their scans go through the
@@ -39,6 +40,8 @@ class PhysicalFacts:
     filters_windows: bool = False
     #: It reads CSV or NDJSON files (whose compression the bytes leave out).
     reads_text_files: bool = False
+    #: It holds a top-N per group heap (``enable_window_topn``), which the bytes cannot hold.
+    window_topn: bool = False
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -57,8 +60,27 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
             facts.reads_text_files = True
         elif "Window" in text and _WINDOW_FILTER in text:
             facts.filters_windows = True
+        elif text.startswith("PartitionedTopKExec:"):
+            facts.window_topn = True
         pending.extend(reversed(node.children()))
     return facts
+
+
+#: Held while a session plans with ``enable_window_topn`` off (see :func:`without_window_topn`).
+_WINDOW_TOPN_OFF = threading.Lock()
+
+
+def without_window_topn(ctx: SessionContext, df: DataFrame) -> ExecutionPlan:
+    """``df``'s physical plan made with ``datafusion.optimizer.enable_window_topn`` off: the
+    heap that setting plans has no serialised form, so the core plans it again on the plan
+    without it (``src/plan_rewrites/window_topn.rs``). The setting is the session's: a query
+    another thread plans on it meanwhile plans without the heap — the same rows."""
+    with _WINDOW_TOPN_OFF:
+        ctx.sql("SET datafusion.optimizer.enable_window_topn = false")
+        try:
+            return ctx.create_dataframe_from_logical_plan(df.logical_plan()).execution_plan()
+        finally:
+            ctx.sql("SET datafusion.optimizer.enable_window_topn = true")
 
 
 def optimized(df: DataFrame) -> LogicalPlan:

@@ -43,6 +43,7 @@ mod task_merge;
 mod test_support;
 mod window_filters;
 mod window_functions;
+mod window_topn;
 mod write_commit;
 
 pub use field_metadata::mark as mark_for_repair;

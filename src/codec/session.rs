@@ -13,7 +13,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use super::our_nodes;
+use super::{our_nodes, window_topn};
 use datafusion_ffi::execution::FFI_TaskContextProvider;
 use datafusion_ffi::udaf::ForeignAggregateUDF;
 use datafusion_ffi::udf::ForeignScalarUDF;
@@ -197,6 +197,9 @@ impl PhysicalExtensionCodec for SessionCodec {
         if let Some(ours) = our_nodes::decode(buf, inputs, ctx) {
             return ours;
         }
+        if let Some(topk) = window_topn::decode(buf, inputs, ctx, self, converter) {
+            return topk;
+        }
         if let Some((id, own)) = &self.own {
             if let Some(payload) = enveloped(buf, id) {
                 return own.try_decode(payload, inputs, ctx, converter);
@@ -211,7 +214,10 @@ impl PhysicalExtensionCodec for SessionCodec {
         buf: &mut Vec<u8>,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        match our_nodes::encode(&node, buf) {
+        if let Some(done) = our_nodes::encode(&node, buf) {
+            return done;
+        }
+        match window_topn::encode(&node, buf, self, converter) {
             Some(done) => done,
             None => self.inner.try_encode(node, buf, converter),
         }

@@ -13,7 +13,7 @@ use datafusion_proto::physical_plan::{
     DefaultPhysicalExtensionCodec, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
 };
 
-use super::our_nodes;
+use super::{our_nodes, window_topn};
 
 #[derive(Debug)]
 pub struct OurNodes;
@@ -26,9 +26,11 @@ impl PhysicalExtensionCodec for OurNodes {
         ctx: &TaskContext,
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        our_nodes::decode(buf, inputs, ctx).unwrap_or_else(|| {
-            DefaultPhysicalExtensionCodec {}.try_decode(buf, inputs, ctx, converter)
-        })
+        our_nodes::decode(buf, inputs, ctx)
+            .or_else(|| window_topn::decode(buf, inputs, ctx, self, converter))
+            .unwrap_or_else(|| {
+                DefaultPhysicalExtensionCodec {}.try_decode(buf, inputs, ctx, converter)
+            })
     }
 
     fn try_encode(
@@ -38,6 +40,7 @@ impl PhysicalExtensionCodec for OurNodes {
         converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
         our_nodes::encode(&node, buf)
+            .or_else(|| window_topn::encode(&node, buf, self, converter))
             .unwrap_or_else(|| DefaultPhysicalExtensionCodec {}.try_encode(node, buf, converter))
     }
 }

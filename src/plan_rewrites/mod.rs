@@ -1,7 +1,7 @@
 //! Rewrites applied to every plan decoded from datafusion-python before it is distributed:
 //! repairs of what DataFusion 55's serialisation loses, filters that must reach scans in
 //! other stages, merges a one-partition scan needs once split into tasks, and cancellation
-//! points.
+//! points, and top-N per group planned here (datafusion-python cannot serialise it).
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
@@ -17,6 +17,7 @@ mod recursive_queries;
 mod scan_filters;
 mod unique_names;
 mod window_sorts;
+mod window_topn;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
 pub use recursive_queries::reveal as reveal_recursive_queries;
@@ -26,6 +27,7 @@ pub fn prepare(
     plan: Arc<dyn ExecutionPlan>,
     config: &ConfigOptions,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = window_topn::plan_window_topn(plan, config)?;
     let plan = unique_names::rename_repeated(plan)?;
     let plan = recursive_queries::hide_recursive_queries(plan)?;
     let plan = generate_series::repair_series_scans(plan)?;
@@ -52,7 +54,7 @@ mod tests {
 
     use super::{
         compressed_scans, cooperative, generate_series, one_partition_scans, parallel_writes,
-        scan_filters, window_sorts,
+        scan_filters, window_sorts, window_topn,
     };
 
     fn session() -> SessionContext {
@@ -389,5 +391,53 @@ mod tests {
         let unchanged = scan_filters::filter_scans_across_stages(unselective, &options).unwrap();
         assert_eq!(shown(&unchanged), shown_before);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn top_n_per_group_is_planned_with_a_heap_before_the_shuffle() {
+        let sql = "SELECT * FROM (SELECT a, b, row_number() OVER (PARTITION BY a ORDER BY b) \
+                   AS r FROM t) WHERE r <= 1";
+        // Two partitions: the window's groups are gathered by a hash shuffle.
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let part = |a: Vec<i64>, b: Vec<i64>| {
+            let col = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+            RecordBatch::try_from_iter([("a", col(a)), ("b", col(b))]).unwrap()
+        };
+        let (one, two) = (
+            part(vec![1, 2, 1], vec![5, 4, 3]),
+            part(vec![2, 1, 3], vec![1, 2, 3]),
+        );
+        let table =
+            datafusion::datasource::MemTable::try_new(one.schema(), vec![vec![one], vec![two]]);
+        ctx.register_table("t", Arc::new(table.unwrap())).unwrap();
+        // As datafusion-python plans it for us: the rule off.
+        let off = physical(&ctx, sql).await;
+        assert!(!shown(&off).contains("PartitionedTopKExec"));
+        let mut options = ctx.state().config_options().as_ref().clone();
+        assert_eq!(
+            shown(&window_topn::plan_window_topn(Arc::clone(&off), &options).unwrap()),
+            shown(&off)
+        );
+        options.optimizer.enable_window_topn = true;
+        let on = window_topn::plan_window_topn(Arc::clone(&off), &options).unwrap();
+        let after = shown(&on);
+        let lines: Vec<&str> = after.lines().map(str::trim_start).collect();
+        let heaps: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].starts_with("PartitionedTopKExec"))
+            .collect();
+        assert_eq!(heaps.len(), 2, "{after}");
+        assert!(
+            lines[heaps[0] + 1].starts_with("RepartitionExec: partitioning=Hash"),
+            "{after}"
+        );
+        assert!(
+            !after.contains("FilterExec") && !after.contains("SortExec"),
+            "{after}"
+        );
+        let rows = |plan| async { collect(plan, ctx.task_ctx()).await.unwrap() };
+        let (a, b) = (rows(off).await, rows(on).await);
+        let count =
+            |batches: &Vec<RecordBatch>| batches.iter().map(|b| b.num_rows()).sum::<usize>();
+        assert_eq!(count(&a), count(&b));
     }
 }
