@@ -13,7 +13,7 @@ import pytest
 from datafusion import DataFrame, SessionContext, col, lit, udf
 from datafusion import functions as f
 
-from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 
@@ -102,6 +102,13 @@ WIDE_TYPES = {
     "large_list in a struct": pa.array(
         [{"x": [1]}, {"x": [2, 3]}, {"x": []}], pa.struct([("x", pa.large_list(pa.int64()))])
     ),
+    "list of large_list": pa.array(
+        [[[1], [2, 3]], [], [[4, 5, 6]]], pa.list_(pa.large_list(pa.int64()))
+    ),
+    "large_list of large_list of struct": pa.array(
+        [[[{"y": 1}]], [[], [{"y": 2}]], None],
+        pa.large_list(pa.large_list(pa.struct([("y", pa.int64())]))),
+    ),
     "large_utf8": pa.array(["a", "bb", "ccc"], pa.large_string()),
     "large_binary": pa.array([b"a", b"bb", b"ccc"], pa.large_binary()),
     "utf8_view": pa.array(["a", "bb", "ccc"], pa.string_view()),
@@ -110,33 +117,36 @@ WIDE_TYPES = {
 
 
 @pytest.mark.parametrize("kind", list(WIDE_TYPES))
-def test_wide_types_keep_their_type_or_fall_back_naming_it(workers, kind):
-    """Issue 39: ``large_list`` (and the other large and view types) keep their type on worker
-    processes. arrow-flight 59 sends a ``large_list`` between processes as a ``list``, so on
-    worker processes such a query falls back naming the column; on the embedded cluster, and
-    for every other type, it runs on the workers. Rows and types equal single-node's."""
+def test_wide_types_keep_their_type_on_the_workers(workers, kind):
+    """Issues 39 and 56: ``large_list`` (nested too) and the other large and view types keep
+    their type on worker processes, with no fallback. arrow-flight 59 announces a
+    ``large_list`` as a ``list``: each stage sends it as one and the reader casts it back.
+    Rows and types equal single-node's, across a shuffle too (the join)."""
     ctx = SessionContext()
     ctx.from_arrow(pa.table({"a": [1, 2, 3], "c": WIDE_TYPES[kind]}), name="t")
-    dctx = DistributedContext(ctx, workers=workers, progress=False)
-    large = "large_list" in kind and workers is not None
-    fallback = r'column "c" holds a large_list' if large else None
+    config = DistributedConfig(fallback="error")
+    dctx = DistributedContext(ctx, workers=workers, config=config, progress=False)
     for sql in ("SELECT c FROM t", "SELECT a, c FROM t WHERE a > 1"):
-        assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
+        got = assert_distributed_equal(ctx, dctx, sql, stages=False)
+        assert got.schema.field("c").type == WIDE_TYPES[kind].type
+    joined = "SELECT x.a, x.c, y.c AS d FROM t x JOIN t y ON x.a = y.a + 1"
+    got = assert_distributed_equal(ctx, dctx, joined, stages=False)
+    assert got.schema.field("d").type == WIDE_TYPES[kind].type
 
 
 def test_a_large_list_literal_keeps_its_type_verbatim(workers):
     """The issue's case, verbatim: ``dctx.table("t").select(lit(<large_list scalar>), a)``."""
     ctx = SessionContext()
     ctx.from_pydict({"a": [1, 2, 3]}, name="t")
-    dctx = DistributedContext(ctx, workers=workers, progress=False)
+    config = DistributedConfig(fallback="error")
+    dctx = DistributedContext(ctx, workers=workers, config=config, progress=False)
     scalar = pa.scalar([1, 2, 3], type=pa.large_list(pa.int64()))
 
     def frame(c: SessionContext | DistributedContext) -> DataFrame:
         return c.table("t").select(lit(scalar).alias("x"), col("a"))
 
-    fallback = r'column "x" holds a large_list' if workers is not None else None
-    got = assert_distributed_equal(ctx, dctx, frame, expect_fallback=fallback, stages=False)
+    got = assert_distributed_equal(ctx, dctx, frame, stages=False)
     assert got.schema.field("x").type == pa.large_list(pa.int64())
     sql = "SELECT arrow_cast(make_array(1, 2, 3), 'LargeList(Int64)') AS x, a FROM t"
-    got = assert_distributed_equal(ctx, dctx, sql, expect_fallback=fallback, stages=False)
+    got = assert_distributed_equal(ctx, dctx, sql, stages=False)
     assert got.schema.field("x").type == pa.large_list(pa.int64())

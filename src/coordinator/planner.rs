@@ -495,6 +495,9 @@ impl ClusterPlanner {
             plan = kept::keep_on_workers(plan, table, task_base, urls.clone(), target);
         }
         let (mut plan, task_ctx) = distribute_plan(plan, state).await?;
+        if !self.is_embedded() {
+            plan = plan_rewrites::carry_large_lists(plan)?;
+        }
         if let Some(spool) = &spool {
             plan = crate::spool::spool_stages(plan, &spool.scan_dir())?;
         }

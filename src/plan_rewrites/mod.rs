@@ -1,7 +1,8 @@
 //! Rewrites applied to every plan decoded from datafusion-python before it is distributed:
 //! repairs of what DataFusion 55's serialisation loses, filters that must reach scans in
 //! other stages, merges a one-partition scan needs once split into tasks, and cancellation
-//! points, and top-N per group planned here (datafusion-python cannot serialise it).
+//! points, and top-N per group planned here (datafusion-python cannot serialise it). One runs
+//! after distribution: large lists sent as lists between worker processes (`large_lists`).
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
@@ -11,6 +12,7 @@ use datafusion::physical_plan::ExecutionPlan;
 mod compressed_scans;
 mod cooperative;
 mod generate_series;
+mod large_lists;
 mod one_partition_scans;
 mod parallel_writes;
 mod recursive_queries;
@@ -20,6 +22,7 @@ mod window_sorts;
 mod window_topn;
 
 pub use compressed_scans::{restore_compression, CompressedTable};
+pub use large_lists::carry_large_lists;
 pub use recursive_queries::reveal as reveal_recursive_queries;
 
 /// `plan` as the distributed planner should see it.
