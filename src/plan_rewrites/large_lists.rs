@@ -97,3 +97,47 @@ fn sent_field(field: &Field) -> Field {
         None => field.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(t: DataType) -> Arc<Field> {
+        Arc::new(Field::new("item", t, true))
+    }
+
+    /// As arrow-flight 59 announces them: every large list reached through lists and structs
+    /// becomes a list; other types, and types holding none, are left.
+    #[test]
+    fn large_lists_are_sent_as_flight_announces_them() {
+        let large = DataType::LargeList(item(DataType::Int64));
+        let list = DataType::List(item(DataType::Int64));
+        assert_eq!(as_sent(&large), Some(list.clone()));
+        assert_eq!(
+            as_sent(&DataType::List(item(large.clone()))),
+            Some(DataType::List(item(list.clone())))
+        );
+        let nested = DataType::LargeList(item(large.clone()));
+        assert_eq!(as_sent(&nested), Some(DataType::List(item(list.clone()))));
+        let fields = vec![
+            Field::new("x", large.clone(), true),
+            Field::new("y", DataType::Utf8, false),
+        ];
+        let sent = vec![
+            Field::new("x", list.clone(), true),
+            Field::new("y", DataType::Utf8, false),
+        ];
+        assert_eq!(
+            as_sent(&DataType::Struct(fields.into())),
+            Some(DataType::Struct(sent.into()))
+        );
+        for unchanged in [
+            list,
+            DataType::LargeUtf8,
+            DataType::LargeBinary,
+            DataType::FixedSizeList(item(large.clone()), 2),
+        ] {
+            assert_eq!(as_sent(&unchanged), None, "{unchanged}");
+        }
+    }
+}
