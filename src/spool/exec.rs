@@ -83,6 +83,8 @@ pub struct SpoolExec {
     /// Its tasks' shared state, by task directory (a plan a process runs for several tasks
     /// is one node for them all).
     tasks: Mutex<HashMap<PathBuf, Arc<Task>>>,
+    /// How old a task is when it starts writing its files (`SPOOL_AFTER`).
+    spool_after: Duration,
 }
 
 impl SpoolExec {
@@ -93,7 +95,15 @@ impl SpoolExec {
             stage,
             leaf,
             tasks: Mutex::default(),
+            spool_after: SPOOL_AFTER,
         }
+    }
+
+    /// This node spooling its tasks from `age` on (tests: from the start).
+    #[cfg(test)]
+    fn spooling_after(mut self, age: Duration) -> Self {
+        self.spool_after = age;
+        self
     }
 
     /// The directory of this task of this stage.
@@ -163,7 +173,9 @@ impl ExecutionPlan for SpoolExec {
         };
         let parts = self.input.output_partitioning().partition_count();
         if let Some(chunks) = self.chunks(&task, &ctx) {
-            return Ok(chunked(chunks, task_dir, partition, parts, ctx, schema));
+            let spool_from = chunks.started + self.spool_after;
+            let at = (partition, parts, spool_from);
+            return Ok(chunked(chunks, task_dir, at, ctx, schema));
         }
         let reuse = *task
             .reuse
@@ -173,18 +185,18 @@ impl ExecutionPlan for SpoolExec {
             return read(file, schema);
         }
         let rows = self.input.execute(partition, ctx)?;
-        let spool_from = *task.started.get_or_init(Instant::now) + SPOOL_AFTER;
+        let spool_from = *task.started.get_or_init(Instant::now) + self.spool_after;
         Ok(tee(rows, task_dir, file, spool_from, None))
     }
 }
 
 /// Partition `partition` of a task cut in chunks: each chunk's partition in turn, read from
 /// the spool when an earlier run committed the chunk, computed (and spooled) otherwise.
+/// `at`: the partition, the task's partition count, and when its files start.
 fn chunked(
     chunks: Arc<Chunks>,
     task_dir: PathBuf,
-    partition: usize,
-    parts: usize,
+    (partition, parts, spool_from): (usize, usize, Instant),
     ctx: Arc<TaskContext>,
     schema: SchemaRef,
 ) -> SendableRecordBatchStream {
@@ -205,7 +217,6 @@ fn chunked(
                 ChunkRun::Compute { temporary, .. } => temporary.clone(),
             };
             let rows = chunks.plans[c].execute(partition, Arc::clone(&ctx))?;
-            let spool_from = chunks.started + SPOOL_AFTER;
             // The last partition of the chunk to finish commits the chunk, if all spooled.
             let (chunks, at) = (Arc::clone(&chunks), temporary.clone());
             let commit = Box::new(move |spooled: bool| match &chunks.runs[c].get() {
@@ -482,15 +493,21 @@ mod tests {
     #[tokio::test]
     async fn a_finished_task_is_read_back_and_a_partial_one_computed_whole() {
         let dir = std::env::temp_dir().join(format!("dfdpy-spool-test-{}", uuid::Uuid::new_v4()));
-        let first = SpoolExec::new(rows(&[&[1, 2], &[3]]), dir.clone(), 1, true);
+        // A task that ends before it is old enough to spool leaves no file.
+        let young = SpoolExec::new(rows(&[&[5], &[6]]), dir.clone(), 1, true);
+        assert_eq!(run(&young).await, vec![vec![5], vec![6]]);
+        assert!(!dir.exists());
+        let spooling =
+            |plan| SpoolExec::new(plan, dir.clone(), 1, true).spooling_after(Duration::ZERO);
+        let first = spooling(rows(&[&[1, 2], &[3]]));
         assert_eq!(run(&first).await, vec![vec![1, 2], vec![3]]);
         // Another run with the same split finds the task's files: read, not computed.
-        let again = SpoolExec::new(rows(&[&[7], &[8]]), dir.clone(), 1, true);
+        let again = spooling(rows(&[&[7], &[8]]));
         assert_eq!(run(&again).await, vec![vec![1, 2], vec![3]]);
         // A partition's file missing: the task is computed again, all of it.
         let task_dir = dir.join("stage-1").join("task-0-of-1");
         std::fs::remove_file(file_of(&task_dir, 1)).unwrap();
-        let partial = SpoolExec::new(rows(&[&[7], &[8]]), dir.clone(), 1, true);
+        let partial = spooling(rows(&[&[7], &[8]]));
         assert_eq!(run(&partial).await, vec![vec![7], vec![8]]);
         // Nothing half-written is left: only the partitions' files.
         let mut names: Vec<String> = std::fs::read_dir(&task_dir)
