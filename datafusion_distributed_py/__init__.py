@@ -28,6 +28,7 @@ from datafusion_distributed_py import (  # noqa: E402
     avro_tables,
     datasets,
     object_stores,
+    stream_tables,
     write_options,
 )
 
@@ -41,6 +42,8 @@ object_stores.install()
 # `datasets`, `avro_tables`).
 datasets.install()
 avro_tables.install()
+# Unbounded file tables made by SQL are made so that the workers read them (`stream_tables`).
+stream_tables.install()
 # Keep DataFrameWriteOptions' arguments readable, so df.write_* can write from every task.
 write_options.remember_write_options()
 from datafusion_distributed_py import progress  # noqa: E402

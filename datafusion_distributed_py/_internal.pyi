@@ -199,6 +199,9 @@ class DistributedPlan:
         ``(name, line, stage, [(metric, value, timestamp_ns, partition, labels)])`` (stage 0:
         the coordinator's)."""
 
+    def display_stream(self, max_bytes: int, min_rows: int, max_rows: int) -> tuple[object, bool]:
+        """The rows a frame's ``repr`` shows (datafusion-python's formatter's rule, applied
+        where the rows arrive): an Arrow C stream of them, and whether there are more."""
     def plan_bytes_sent(self) -> int:
         """Bytes of plan fragments the latest scan sent to workers."""
 
@@ -299,6 +302,7 @@ class WireCodec:
 
     def __new__(cls, session: object) -> WireCodec: ...
     def announce_recursive_queries(self, queries: list[tuple[str, bool]]) -> None: ...
+    def announce_streams(self, tables: list[str], fetch: int | None) -> None: ...
     def __datafusion_physical_extension_codec__(self, session: object | None = None) -> object: ...
 
 @final
@@ -384,3 +388,7 @@ def distributed_setting(sql: str, session: Any) -> tuple[str, str] | None:
 def close_interpreter() -> None:
     """From now on the core never enters Python (called by ``atexit``)."""
     ...
+
+def unbounded_table(sql: str, session: object) -> tuple[str, bool, str] | None:
+    """``(name, if_not_exists, spec)`` when ``sql`` creates an unbounded table over one local
+    CSV or JSON file; None for any other statement."""

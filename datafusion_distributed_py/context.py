@@ -18,7 +18,7 @@ from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
 from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain, TableScan
 from datafusion.unparser import Dialect, Unparser
 
-from datafusion_distributed_py import _internal, kept_dml, object_stores
+from datafusion_distributed_py import _internal, kept_dml, object_stores, stream_tables
 from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dashboard import Dashboard
@@ -649,13 +649,18 @@ class DistributedContext:
             physical = without_window_topn(self._ctx, fresh)
             facts = physical_facts(physical)
         recursive = facts.recursive_queries
-        wire = self._wire if recursive or facts.reads_our_leaves else self._ctx
+        streams = self._stream_tables(fresh, facts.stream_scans)
+        wire = self._wire if recursive or facts.reads_our_leaves or streams else self._ctx
         try:
             with self._wire_lock:
                 self._wire_codec.announce_recursive_queries(recursive)
-                plan_bytes = physical.to_bytes(wire)
+                self._wire_codec.announce_streams(streams, next(iter(facts.stream_scans), None))
+                try:
+                    plan_bytes = physical.to_bytes(wire)
+                finally:  # announced for this plan only
+                    self._wire_codec.announce_streams([], None)
         except Exception as e:  # datafusion raises plain Exception subclasses
-            raise _unsupported(self._wire, fresh, e) from e
+            raise _unsupported(self._wire, fresh, e, self._ctx) from e
         request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
         request["table_scans"], request["window_filters"] = [], []
         # The logical plan is read (optimised once more) only for what the physical one lacks.
@@ -666,6 +671,14 @@ class DistributedContext:
             if facts.filters_windows:
                 request["window_filters"] = filtered_windows(logical)
         return fresh, request
+
+    def _stream_tables(self, df: DataFrame, fetches: list[int | None]) -> list[str]:
+        """The unbounded file tables ``df`` scans (see ``stream_tables``), announced to the
+        serialiser with the scans' limit; none when it has no stream scan, or scans the codec
+        cannot tell apart (their limits differ): the plan then does not serialise."""
+        if not fetches or len(set(fetches)) > 1:
+            return []
+        return stream_tables.scanned(self._ctx, optimized(df), len(fetches)) or []
 
     def _settings(self, feed: Feed) -> dict[str, Any]:
         """What the core runs anything with, besides its plan: our options over the session's
@@ -797,6 +810,8 @@ class DistributedContext:
 
 #: What DataFusion appends to an internal error: a request for a bug report, not our user's
 #: next step.
+#: The node a serialiser error names (``... Plan: PartialSortExec { ...``).
+_UNWRITTEN_NODE = re.compile(r"\]\. Plan: (\w+)")
 _BUG_FOOTER = re.compile(r"\s*This issue was likely caused by a bug in DataFusion.*?issues", re.S)
 #: A Rust struct printed whole (FFI function pointers, plan properties): for debugging only.
 _STRUCT_DUMP = re.compile(r"[.:]?\s*(Plan|Expr): [A-Z]\w* \{.*", re.S)
@@ -957,17 +972,45 @@ def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
     return False
 
 
-def _unsupported(ctx: SessionContext, df: DataFrame, err: Exception) -> UnsupportedTableError:
-    """Explain why ``df``'s physical plan did not serialise: which tables, and what to do."""
+def _unsupported(
+    ctx: SessionContext, df: DataFrame, err: Exception, user_ctx: SessionContext | None = None
+) -> UnsupportedTableError:
+    """Explain why ``df``'s physical plan did not serialise: which tables, and what to do
+    (``ctx`` the session it was serialised through, ``user_ctx`` the user's)."""
     plan = optimized(df)
     root = plan.to_variant()
     scans = _scanned_tables(plan)
+    # Unbounded file tables travel when announced (see `stream_tables`), alone they do not.
+    streams = [n for n in scans if stream_tables.recorded(user_ctx or ctx, n)]
     # The tables that cannot travel are those whose scan alone does not serialise either.
-    blocked = {name: ref for name, ref in scans.items() if not _serialises(ctx, ref)}
+    blocked = {
+        name: ref
+        for name, ref in scans.items()
+        if name not in streams and not _serialises(ctx, ref)
+    }
     kinds = {kind for ref in blocked.values() for kind in _scan_kinds(ctx, ref)}
     named = ", ".join(blocked or scans)
     where = f" (tables in the query: {named})" if named else ""
+    found = _UNWRITTEN_NODE.search(str(err))
+    node = found.group(1) if found else None
+    if not blocked and node not in (
+        None,
+        "ForeignExecutionPlan",
+        "FFI_ExecutionPlan",
+        "LazyMemTableExec",
+    ):
+        # Every table travels: the operator the serialiser stopped at is the reason.
+        where = f" (DataFusion 55 cannot serialise its {node})"
     hint = "Run it single-node with ctx.sql(...) instead."
+    # DataFusion names a stream scan `LazyMemTableExec` in its debug text.
+    if not blocked and streams and node in (None, "StreamingTableExec", "LazyMemTableExec"):
+        where = f" (unbounded tables: {', '.join(streams)})"
+        hint = (
+            "An unbounded table is sent to workers as the file it reads, its scan told apart "
+            "by the columns it shows: this query scans two such tables showing the same "
+            "columns, or scans them with different limits. Run it single-node with "
+            "ctx.sql(...), or give the tables' columns different names."
+        )
     if isinstance(root, DmlStatement):
         statement, target = str(root.op().name()).upper(), str(root.table_name())
         where = f" (it writes into table {target})"

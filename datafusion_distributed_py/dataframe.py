@@ -437,7 +437,46 @@ _plain_repr = DataFrame.__repr__
 _plain_repr_html = DataFrame._repr_html_
 
 
+def _shown_rows(df: DataFrame) -> tuple[list[pa.RecordBatch], bool] | None:
+    """The rows a frame's ``repr`` shows and whether there are more, for a distributed result
+    read as it is: the formatter's rule (``max_rows``, ``max_memory_bytes``, ``min_rows``)
+    applied by the core where the rows arrive, so the run stops where a single-node one
+    would, not after the rows crossed into datafusion-python. None for other frames."""
+    origin = origin_of(df)
+    if origin is None or not origin.root:
+        return None
+    source = origin.source
+    if not isinstance(source, _internal.DistributedPlan):
+        return None
+    formatter = get_formatter()
+    try:
+        stream, more = source.display_stream(
+            formatter.max_memory_bytes, formatter.min_rows, formatter.max_rows
+        )
+        return _named(_read(stream), origin.names), more
+    except Exception as e:  # the query's own error, as the frame's other methods give it
+        clean = translate(e, source)
+        if clean is None:
+            raise
+        raise clean from e
+
+
+def _shown(df: DataFrame, shown: tuple[list[pa.RecordBatch], bool], method: str) -> str:
+    """``shown`` as datafusion-python draws a frame: through the formatter's ``method``."""
+    batches, more = shown
+    if not batches:
+        return "No data to display"
+    formatter = get_formatter()
+    draw = getattr(formatter, method)
+    return draw(  # type: ignore[no-any-return]
+        batches=batches, schema=df.schema(), has_more=more, table_uuid=str(uuid.uuid4())
+    )
+
+
 def _repr(self: DataFrame) -> str:
+    shown = _shown_rows(self)
+    if shown is not None:
+        return _shown(self, shown, "format_str")
     origin = origin_of(self)
     if origin is None or origin.names is None:
         return _plain_repr(self)
@@ -446,6 +485,9 @@ def _repr(self: DataFrame) -> str:
 
 
 def _repr_html(self: DataFrame) -> str:
+    shown = _shown_rows(self)
+    if shown is not None:
+        return _shown(self, shown, "format_html")
     origin = origin_of(self)
     if origin is None or origin.names is None:
         return _plain_repr_html(self)

@@ -25,6 +25,8 @@ _RECURSIVE = "RecursiveQueryExec: name="
 #: A window expression's name keeps its ``FILTER``, the physical plan's bytes do not.
 _WINDOW_FILTER = " FILTER (WHERE "
 _TEXT_FILES = re.compile(r"file_type=(csv|json)\b")
+_STREAM_SCAN = "StreamingTableExec:"
+_FETCH = re.compile(r", fetch=(\d+)")
 
 
 @dataclass
@@ -42,6 +44,9 @@ class PhysicalFacts:
     reads_text_files: bool = False
     #: It holds a top-N per group heap (``enable_window_topn``), which the bytes cannot hold.
     window_topn: bool = False
+    #: The limit of each stream scan (``StreamingTableExec``: unbounded tables and others),
+    #: None where it reads all.
+    stream_scans: list[int | None] = field(default_factory=list)
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -62,6 +67,9 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
             facts.filters_windows = True
         elif text.startswith("PartitionedTopKExec:"):
             facts.window_topn = True
+        elif text.startswith(_STREAM_SCAN):
+            fetch = _FETCH.search(text)
+            facts.stream_scans.append(int(fetch.group(1)) if fetch else None)
         pending.extend(reversed(node.children()))
     return facts
 

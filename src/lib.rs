@@ -28,6 +28,7 @@ mod checks;
 mod codec;
 mod coordinator;
 mod errors;
+mod file_stream;
 mod kept;
 mod leaves;
 mod object_stores;

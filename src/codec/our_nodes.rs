@@ -10,6 +10,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::{
     field_metadata, recursive_queries, scan_compression, task_merge, window_filters, write_commit,
 };
+use crate::file_stream;
 use crate::kept;
 use crate::spool;
 
@@ -17,7 +18,7 @@ type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
 type Decode =
     fn(&[u8], &[Arc<dyn ExecutionPlan>], &TaskContext) -> Option<Result<Arc<dyn ExecutionPlan>>>;
 
-const NODES: [(Encode, Decode); 9] = [
+const NODES: [(Encode, Decode); 10] = [
     (scan_compression::encode, |buf, inputs, _| {
         scan_compression::decode(buf, inputs)
     }),
@@ -39,6 +40,7 @@ const NODES: [(Encode, Decode); 9] = [
     }),
     (window_filters::encode, window_filters::decode),
     (spool::encode, |buf, inputs, _| spool::decode(buf, inputs)),
+    (file_stream::encode, |buf, _, _| file_stream::decode(buf)),
 ];
 
 /// Writes `node` if it is one of ours.

@@ -148,6 +148,28 @@ impl DistributedTable {
         }
     }
 
+    /// The first rows of the result as datafusion-python's formatter shows a frame: read
+    /// partition after partition until `max_rows` rows or `max_bytes` bytes (their in-memory
+    /// size as DataFusion estimates it, at least `min_rows` rows), the rest of the run then
+    /// dropped; and whether more rows were left. The same rule as the formatter's own
+    /// (`collect_record_batches_to_display` in datafusion-python), applied where the rows
+    /// arrive, so a distributed stream stops where a single-node one does.
+    pub async fn collect_to_display(
+        &self,
+        max_bytes: usize,
+        min_rows: usize,
+        max_rows: usize,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>, bool)> {
+        loop {
+            let root = self.start(None).await?;
+            let (schema, ctx) = (root.schema(), root.task_ctx());
+            match first_rows(root, ctx, max_bytes, min_rows, max_rows).await {
+                Err(_) if self.query.may_run_again() => continue,
+                shown => return shown.map(|(batches, more)| (schema, batches, more)),
+            }
+        }
+    }
+
     /// After a run failed: whether the caller may run the query again (see
     /// `Query::may_run_again`); the next scan is then that run.
     pub fn may_run_again(&self) -> bool {
@@ -179,4 +201,56 @@ impl TableProvider for DistributedTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self.start(projection).await?)
     }
+}
+
+/// The formatter's rule (see [`DistributedTable::collect_to_display`]) over `plan`'s
+/// partitions, read one after another.
+async fn first_rows(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<datafusion::execution::TaskContext>,
+    max_bytes: usize,
+    min_rows: usize,
+    max_rows: usize,
+) -> Result<(Vec<RecordBatch>, bool)> {
+    use futures::StreamExt;
+    let partitions = plan.properties().partitioning.partition_count();
+    let streams = (0..partitions)
+        .map(|p| plan.execute(p, Arc::clone(&ctx)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut stream = futures::stream::iter(streams).flatten();
+    let (mut bytes, mut rows, mut more) = (0usize, 0usize, false);
+    let mut batches = Vec::new();
+    while (bytes < max_bytes && rows < max_rows) || rows < min_rows {
+        let Some(batch) = stream.next().await else {
+            break;
+        };
+        let mut batch = batch?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        bytes += batch.get_array_memory_size();
+        if bytes > max_bytes {
+            // Over the budget: as many rows as its share of the bytes, at least `min_rows`.
+            let total = rows + batch.num_rows();
+            let share = (total as f64 * max_bytes as f64 / bytes as f64).round() as usize;
+            let keep = share.max(min_rows.min(total)).saturating_sub(rows);
+            if keep < batch.num_rows() {
+                batch = batch.slice(0, keep);
+                more = true;
+            }
+        }
+        if rows + batch.num_rows() > max_rows {
+            batch = batch.slice(0, max_rows - rows);
+            more = true;
+        }
+        rows += batch.num_rows();
+        batches.push(batch);
+    }
+    if batches.is_empty() {
+        return Ok((batches, false));
+    }
+    if !more {
+        more = matches!(stream.next().await, Some(Ok(_)));
+    }
+    Ok((batches, more))
 }

@@ -16,6 +16,7 @@ mod plan;
 mod security;
 mod snapshot_table;
 mod statement;
+mod stream_table;
 mod worker;
 
 /// Adds everything `_internal` exports to the module.
@@ -47,6 +48,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<snapshot_table::WireCodec>()?;
     m.add_class::<snapshot_table::InMemoryTable>()?;
     m.add_class::<snapshot_table::ReaderTable>()?;
+    m.add_function(wrap_pyfunction!(stream_table::unbounded_table, m)?)?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(statement::distributed_setting, m)?)?;

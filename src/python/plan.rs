@@ -201,6 +201,28 @@ impl DistributedPlan {
             .collect()
     }
 
+    /// The rows a frame's `repr` shows, as datafusion-python's formatter reads them (see
+    /// `DistributedTable::collect_to_display`): one Arrow C stream of them, and whether the
+    /// result has more.
+    fn display_stream<'py>(
+        &self,
+        py: Python<'py>,
+        max_bytes: usize,
+        min_rows: usize,
+        max_rows: usize,
+    ) -> PyResult<(Bound<'py, PyCapsule>, bool)> {
+        let table = Arc::clone(&self.table);
+        let (schema, batches, more) = runtime::wait_for(py, async move {
+            table
+                .collect_to_display(max_bytes, min_rows, max_rows)
+                .await
+                .map_err(query_error)
+        })?;
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+        let stream = FFI_ArrowArrayStream::new(Box::new(reader));
+        Ok((capsule::export(py, stream, "arrow_array_stream")?, more))
+    }
+
     /// Bytes of plan fragments the latest scan sent to workers (every run of it).
     fn plan_bytes_sent(&self) -> usize {
         self.table

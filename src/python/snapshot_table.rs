@@ -16,6 +16,7 @@ use pyo3::types::PyCapsule;
 
 use super::capsule;
 use super::errors::to_py_err;
+use crate::file_stream::{Announced, FileStreamSpec};
 use crate::object_stores::StoreSpec;
 use crate::runtime;
 use crate::runtime::interpreter;
@@ -183,6 +184,18 @@ impl WireCodec {
     /// codec, in the order the serialiser meets them (depth first).
     fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
         self.codec.announce_recursive_queries(queries);
+    }
+
+    /// The unbounded file tables (specs from `unbounded_table`) the next plan serialised
+    /// through this codec scans, and the limit of its scans of them.
+    fn announce_streams(&self, tables: Vec<String>, fetch: Option<usize>) -> PyResult<()> {
+        let tables = tables
+            .iter()
+            .map(|t| FileStreamSpec::from_json(t))
+            .collect::<Result<Vec<_>>>()
+            .map_err(to_py_err)?;
+        self.codec.announce_streams(Announced { tables, fetch });
+        Ok(())
     }
 
     /// The FFI codec protocol of datafusion-python.

@@ -28,6 +28,7 @@ use datafusion_proto::physical_plan::{
 
 use super::scan::SnapshotScanExec;
 use crate::codec::{decode_recursive_query, write_recursive_query, write_work_table};
+use crate::file_stream::{encode_announced, Announced};
 use crate::object_stores::{register_all, StoreSpec};
 
 /// The id the coordinator installs [`WireCodec`] under on its serialising session.
@@ -38,12 +39,19 @@ pub struct WireCodec {
     /// (name, is_distinct) of the recursive queries of the plan being serialised, in the
     /// order the serialiser meets them (depth first, children in order).
     announced: Mutex<VecDeque<(String, bool)>>,
+    /// The unbounded file tables the plan being serialised scans.
+    streams: Mutex<Announced>,
 }
 
 impl WireCodec {
     /// The recursive queries of the next plan serialised (see the module).
     pub fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
         *self.announced.lock().expect("poisoned") = queries.into();
+    }
+
+    /// The unbounded file tables of the next plan serialised (see `file_stream`).
+    pub fn announce_streams(&self, streams: Announced) {
+        *self.streams.lock().expect("poisoned") = streams;
     }
 }
 
@@ -74,6 +82,9 @@ impl PhysicalExtensionCodec for WireCodec {
         if let Some(recursive) = decode_recursive_query(buf, inputs) {
             return recursive;
         }
+        if let Some(stream) = crate::file_stream::decode(buf) {
+            return stream;
+        }
         let (stores, plan) = split(buf)?;
         // Decoding a file scan looks its store up: the table's own, which the session given
         // over FFI does not have.
@@ -101,6 +112,9 @@ impl PhysicalExtensionCodec for WireCodec {
         if let Some(kept) = crate::kept::encode_scan(&node, buf) {
             return kept;
         }
+        if let Some(stream) = crate::file_stream::encode(&node, buf) {
+            return stream;
+        }
         match node.name() {
             "RecursiveQueryExec" => {
                 let announced = self.announced.lock().expect("poisoned").pop_front();
@@ -110,6 +124,10 @@ impl PhysicalExtensionCodec for WireCodec {
                 return write_recursive_query(&name, distinct, &node.schema(), buf);
             }
             "WorkTableExec" => return write_work_table(&node.schema(), buf),
+            "StreamingTableExec" => {
+                let announced = self.streams.lock().expect("poisoned");
+                return encode_announced(&node, &announced, buf);
+            }
             _ => {}
         }
         let Some(scan) = node.downcast_ref::<SnapshotScanExec>() else {

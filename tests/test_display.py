@@ -1,0 +1,123 @@
+"""How a distributed frame shows itself (``repr``, ``_repr_html_``): datafusion-python's
+formatter rule (``max_rows``, ``max_memory_bytes``, ``min_rows``) applied where the rows
+arrive, the rest of the run dropped, as single-node stops its stream."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from datafusion import SessionContext, udf
+from datafusion.dataframe_formatter import configure_formatter, reset_formatter
+
+from datafusion_distributed_py import DistributedContext, LocalCluster, ran_on
+
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def clean_formatter() -> Iterator[None]:
+    reset_formatter()
+    yield
+    reset_formatter()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(2) as c:
+        yield c
+
+
+def rows_shown(html: str) -> int:
+    return len(re.findall(r"<tr", html)) - 1  # the header row
+
+
+def multi_batch_session() -> SessionContext:
+    """datafusion-python's own fixture for the formatter's early stop: 10 batches of 10,000
+    rows, registered as record batches."""
+    ctx = SessionContext()
+    batches = []
+    for b in range(10):
+        start, end = b * 10_000, (b + 1) * 10_000
+        batches.append(pa.record_batch({
+            "a": list(range(start, end)),
+            "b": [f"s-{i}" for i in range(start, end)],
+            "c": [float(i + 0.1) for i in range(start, end)],
+        }))  # fmt: skip
+    ctx.register_record_batches("large_multi_batch_data", [batches])
+    return ctx
+
+
+def test_the_memory_limit_stops_a_stream_from_worker_processes(cluster, clean_formatter):
+    """datafusion-python's ``test_html_formatter_stream_early_termination`` on a frame read
+    from worker processes."""
+    dctx = DistributedContext(multi_batch_session(), workers=cluster, progress=False)
+    df = dctx.table("large_multi_batch_data")
+    configure_formatter(max_memory_bytes=100 * MB, min_rows=1, max_rows=200_000)
+    everything = rows_shown(df._repr_html_())
+    assert everything == 100_000
+    assert ran_on(df) == "workers"
+
+    configure_formatter(max_memory_bytes=3 * MB, min_rows=1, max_rows=200_000)
+    html = df._repr_html_()
+    assert 1 <= rows_shown(html) < everything
+    assert "data truncated" in html.lower()
+
+    configure_formatter(max_memory_bytes=10, min_rows=5, max_rows=200_000)
+    html = df._repr_html_()
+    assert rows_shown(html) >= 5
+    assert "data truncated" in html.lower()
+
+    configure_formatter(max_memory_bytes=2 * MB, min_rows=1, max_rows=100)
+    html = df._repr_html_()
+    assert 1 <= rows_shown(html) <= 100
+    assert "data truncated" in html.lower()
+
+
+@pytest.mark.parametrize("kind", ["embedded", "workers"])
+def test_shown_rows_are_single_nodes(kind, request, clean_formatter):
+    """An ordered result shows single-node's first rows, in text and HTML, with its note that
+    more rows exist."""
+    workers = request.getfixturevalue("cluster") if kind == "workers" else None
+    ctx = SessionContext()
+    ctx.from_pydict({"k": list(range(500)), "v": [f"v{i}" for i in range(500)]}, name="t")
+    dctx = DistributedContext(ctx, workers=workers, progress=False)
+    query = "SELECT k, v FROM t WHERE k % 3 = 0 ORDER BY k DESC"
+    configure_formatter(max_rows=7, min_rows=7)
+    single, distributed = ctx.sql(query), dctx.sql(query)
+    assert ran_on(distributed) == "workers"
+    html = distributed._repr_html_()
+    assert rows_shown(html) == rows_shown(single._repr_html_()) == 7
+    for k in range(498, 498 - 7 * 3, -3):
+        assert f">{k}<" in html and f">v{k}<" in html
+    assert "data truncated" in html.lower()
+    text = repr(distributed)
+    assert text.splitlines()[3:10] == repr(single).splitlines()[3:10]
+    assert "Data truncated." in text
+
+
+def test_the_display_drops_the_rest_of_the_run(clean_formatter):
+    """The rows past what is shown are not computed: the run is dropped once the formatter
+    has its rows (counted by a function the embedded cluster's workers call in this
+    process)."""
+    seen = []
+    lock = threading.Lock()
+
+    def count(arr: pa.Array) -> pa.Array:
+        with lock:
+            seen.append(len(arr))
+        return arr
+
+    counted = udf(count, [pa.int64()], pa.int64(), "immutable", name="counted")
+    ctx = SessionContext()
+    ctx.register_udf(counted)
+    batches = [pa.record_batch({"k": list(range(b * 1000, (b + 1) * 1000))}) for b in range(200)]
+    ctx.register_record_batches("t", [batches])
+    dctx = DistributedContext(ctx, progress=False)
+    df = dctx.sql("SELECT counted(k) AS k FROM t")
+    configure_formatter(max_rows=10, min_rows=10)
+    assert rows_shown(df._repr_html_()) == 10
+    assert 0 < sum(seen) < 100_000, sum(seen)
