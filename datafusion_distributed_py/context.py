@@ -650,15 +650,18 @@ class DistributedContext:
             facts = physical_facts(physical)
         recursive = facts.recursive_queries
         streams = self._stream_tables(fresh, facts.stream_scans)
-        wire = self._wire if recursive or facts.reads_our_leaves or streams else self._ctx
+        sorts = facts.partial_sorts
+        wire = self._wire if recursive or facts.reads_our_leaves or streams or sorts else self._ctx
         try:
             with self._wire_lock:
                 self._wire_codec.announce_recursive_queries(recursive)
                 self._wire_codec.announce_streams(streams, next(iter(facts.stream_scans), None))
+                self._wire_codec.announce_partial_sorts(sorts)
                 try:
                     plan_bytes = physical.to_bytes(wire)
                 finally:  # announced for this plan only
                     self._wire_codec.announce_streams([], None)
+                    self._wire_codec.announce_partial_sorts([])
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e, self._ctx) from e
         request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}

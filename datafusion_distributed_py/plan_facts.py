@@ -26,7 +26,41 @@ _RECURSIVE = "RecursiveQueryExec: name="
 _WINDOW_FILTER = " FILTER (WHERE "
 _TEXT_FILES = re.compile(r"file_type=(csv|json)\b")
 _STREAM_SCAN = "StreamingTableExec:"
+_PARTIAL_SORT = re.compile(
+    r"^PartialSortExec: (?:TopK\(fetch=(\d+)\), )?expr=\[(.*)\], common_prefix_length=\[(\d+)\]$"
+)
+#: A sort column as DataFusion shows it: nulls last is written out, nulls first is not.
+_SORT_COLUMN = re.compile(r"(.+?)@(\d+) (ASC|DESC)( NULLS LAST)?(?:, |$)")
 _FETCH = re.compile(r", fetch=(\d+)")
+
+
+#: A partial sort as its display tells it: ``([(column, index, descending, nulls_first)],
+#: common_prefix_length, fetch)``.
+PartialSort = tuple[list[tuple[str, int, bool, bool]], int, "int | None"]
+
+
+def _partial_sort(text: str) -> PartialSort | None:
+    """A ``PartialSortExec``'s display read back, when it sorts by plain columns.
+
+    Example:
+        >>> _partial_sort("PartialSortExec: TopK(fetch=5), expr=[a@0 ASC NULLS LAST, "
+        ...               "d@2 DESC], common_prefix_length=[1]")
+        ([('a', 0, False, False), ('d', 2, True, True)], 1, 5)
+    """
+    found = _PARTIAL_SORT.match(text.strip())
+    if found is None:
+        return None
+    fetch, exprs, prefix = found.groups()
+    columns = [
+        (m.group(1), int(m.group(2)), m.group(3) == "DESC", m.group(4) is None)
+        for m in _SORT_COLUMN.finditer(exprs)
+    ]
+    shown = ", ".join(
+        f"{n}@{i} {'DESC' if d else 'ASC'}{'' if f else ' NULLS LAST'}" for n, i, d, f in columns
+    )
+    if shown != exprs:
+        return None  # an expression, not a column: no announcement, the plan stays here
+    return columns, int(prefix), int(fetch) if fetch else None
 
 
 @dataclass
@@ -47,6 +81,9 @@ class PhysicalFacts:
     #: The limit of each stream scan (``StreamingTableExec``: unbounded tables and others),
     #: None where it reads all.
     stream_scans: list[int | None] = field(default_factory=list)
+    #: Each ``PartialSortExec`` of plain columns: its columns (name, index, descending,
+    #: nulls first), common prefix and limit (DataFusion 55's encoding has no form for it).
+    partial_sorts: list[PartialSort] = field(default_factory=list)
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -67,6 +104,10 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
             facts.filters_windows = True
         elif text.startswith("PartitionedTopKExec:"):
             facts.window_topn = True
+        elif text.startswith("PartialSortExec:"):
+            sort = _partial_sort(text)
+            if sort is not None:
+                facts.partial_sorts.append(sort)
         elif text.startswith(_STREAM_SCAN):
             fetch = _FETCH.search(text)
             facts.stream_scans.append(int(fetch.group(1)) if fetch else None)

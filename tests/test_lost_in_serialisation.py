@@ -1,15 +1,19 @@
 """What DataFusion 55's plan serialisation drops and we carry to the workers anyway: window
 functions the planner reversed, ``IGNORE NULLS`` of window functions, ``FILTER (WHERE ...)``
-of window aggregates, ``GROUPING SETS (())``, and recursive queries (``WITH RECURSIVE``). Each
+of window aggregates, ``GROUPING SETS (())``, recursive queries (``WITH RECURSIVE``) and sorts
+that extend an input's order (``PartialSortExec``). Each
 query runs under ``fallback="error"`` (a query that could not be distributed raises), is
 asserted to run on the workers, and answers as single-node on both cluster kinds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from datafusion import col
+from datafusion import SessionContext, col
 from datafusion import functions as f
 
+from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
 #: Windows over TPC-H lineitem: the second of each pair is planned over the input sorted for
@@ -120,3 +124,40 @@ def test_a_recursive_query_in_the_dataframe_api(strict) -> None:
     df = dctx.sql(sql).aggregate([], [f.sum(col("k")).alias("s")])
     assert_ran_on_workers(df, dctx, stages=False)
     assert df.to_arrow_table().equals(single)
+
+
+#: Sorts extending the order an unbounded table declares (`WITH ORDER (a, b)`): single-node
+#: plans a `PartialSortExec` (a full sort would wait for the stream's end), which DataFusion
+#: 55's encoding has no form for.
+PARTIAL_SORTS = [
+    "SELECT a, b, d FROM ordered ORDER BY a, b, d",
+    "SELECT a, b, d FROM ordered ORDER BY a, b, d DESC NULLS FIRST LIMIT 17",
+    "SELECT b, a, d + 1 AS e FROM ordered WHERE d % 3 <> 0 ORDER BY a, b, e DESC",
+]
+
+
+@pytest.fixture(scope="module")
+def ordered_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ordered") / "ordered.csv"
+    rows = [
+        f"{i // 400},{(i // 40) % 10},{(i * 7919) % 1000 if i % 13 else ''}" for i in range(4000)
+    ]
+    path.write_text("a,b,d\n" + "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("sql", PARTIAL_SORTS)
+def test_sorts_extending_a_declared_order_run_on_the_workers(
+    ordered_csv: Path, workers: LocalCluster | None, sql: str
+) -> None:
+    ctx = SessionContext()
+    ctx.sql(
+        "CREATE UNBOUNDED EXTERNAL TABLE ordered (a INT, b INT, d INT) STORED AS CSV "
+        "WITH ORDER (a, b) "
+        f"LOCATION '{ordered_csv}' OPTIONS ('format.has_header' 'true')"
+    )
+    assert "PartialSortExec" in ctx.sql(sql).execution_plan().display_indent()
+    dctx = DistributedContext(ctx, workers=workers, config=DistributedConfig(fallback="error"))
+    result = assert_distributed_equal(ctx, dctx, sql, ordered=True, stages=False)
+    assert result.num_rows > 10
+    assert "PartialSortExec" in str(dctx.explain(sql))

@@ -35,6 +35,7 @@ mod field_metadata;
 mod fragment;
 mod lost_modifiers;
 mod our_nodes;
+mod partial_sort;
 mod recursive_queries;
 mod scan_compression;
 mod session;
@@ -60,6 +61,9 @@ pub fn repair_decoded(
     field_metadata::restore_field_metadata(lost_modifiers::restore_lost_modifiers(plan)?)
 }
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
+pub use partial_sort::{
+    decode as read_partial_sort, encode_announced as write_partial_sort, PartialSort, SortColumn,
+};
 pub use recursive_queries::{
     decode as decode_recursive_query, write_query as write_recursive_query, write_work_table,
 };

@@ -8,7 +8,8 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::{
-    field_metadata, recursive_queries, scan_compression, task_merge, window_filters, write_commit,
+    field_metadata, partial_sort, recursive_queries, scan_compression, task_merge, window_filters,
+    write_commit,
 };
 use crate::file_stream;
 use crate::kept;
@@ -18,7 +19,7 @@ type Encode = fn(&Arc<dyn ExecutionPlan>, &mut Vec<u8>) -> Option<Result<()>>;
 type Decode =
     fn(&[u8], &[Arc<dyn ExecutionPlan>], &TaskContext) -> Option<Result<Arc<dyn ExecutionPlan>>>;
 
-const NODES: [(Encode, Decode); 10] = [
+const NODES: [(Encode, Decode); 11] = [
     (scan_compression::encode, |buf, inputs, _| {
         scan_compression::decode(buf, inputs)
     }),
@@ -41,6 +42,9 @@ const NODES: [(Encode, Decode); 10] = [
     (window_filters::encode, window_filters::decode),
     (spool::encode, |buf, inputs, _| spool::decode(buf, inputs)),
     (file_stream::encode, |buf, _, _| file_stream::decode(buf)),
+    (partial_sort::encode, |buf, inputs, _| {
+        partial_sort::decode(buf, inputs)
+    }),
 ];
 
 /// Writes `node` if it is one of ours.

@@ -16,6 +16,7 @@ use pyo3::types::PyCapsule;
 
 use super::capsule;
 use super::errors::to_py_err;
+use crate::codec::{PartialSort, SortColumn};
 use crate::file_stream::{Announced, FileStreamSpec};
 use crate::object_stores::StoreSpec;
 use crate::runtime;
@@ -184,6 +185,21 @@ impl WireCodec {
     /// codec, in the order the serialiser meets them (depth first).
     fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
         self.codec.announce_recursive_queries(queries);
+    }
+
+    /// The partial sorts of the next plan serialised through this codec, as their displays
+    /// tell them: `(columns (name, index, descending, nulls_first), common prefix, fetch)`.
+    fn announce_partial_sorts(&self, sorts: Vec<(Vec<SortColumn>, usize, Option<usize>)>) {
+        let sorts = sorts
+            .into_iter()
+            .map(|(columns, common_prefix_length, fetch)| PartialSort {
+                columns,
+                common_prefix_length,
+                fetch,
+                preserve_partitioning: false,
+            })
+            .collect();
+        self.codec.announce_partial_sorts(sorts);
     }
 
     /// The unbounded file tables (specs from `unbounded_table`) the next plan serialised

@@ -27,7 +27,10 @@ use datafusion_proto::physical_plan::{
 };
 
 use super::scan::SnapshotScanExec;
-use crate::codec::{decode_recursive_query, write_recursive_query, write_work_table};
+use crate::codec::{
+    decode_recursive_query, write_partial_sort, write_recursive_query, write_work_table,
+    PartialSort,
+};
 use crate::file_stream::{encode_announced, Announced};
 use crate::object_stores::{register_all, StoreSpec};
 
@@ -41,12 +44,19 @@ pub struct WireCodec {
     announced: Mutex<VecDeque<(String, bool)>>,
     /// The unbounded file tables the plan being serialised scans.
     streams: Mutex<Announced>,
+    /// The partial sorts of the plan being serialised, as their displays tell them.
+    partial_sorts: Mutex<Vec<PartialSort>>,
 }
 
 impl WireCodec {
     /// The recursive queries of the next plan serialised (see the module).
     pub fn announce_recursive_queries(&self, queries: Vec<(String, bool)>) {
         *self.announced.lock().expect("poisoned") = queries.into();
+    }
+
+    /// The partial sorts of the next plan serialised (see `codec::partial_sort`).
+    pub fn announce_partial_sorts(&self, sorts: Vec<PartialSort>) {
+        *self.partial_sorts.lock().expect("poisoned") = sorts;
     }
 
     /// The unbounded file tables of the next plan serialised (see `file_stream`).
@@ -84,6 +94,9 @@ impl PhysicalExtensionCodec for WireCodec {
         }
         if let Some(stream) = crate::file_stream::decode(buf) {
             return stream;
+        }
+        if let Some(sort) = crate::codec::read_partial_sort(buf, inputs) {
+            return sort;
         }
         let (stores, plan) = split(buf)?;
         // Decoding a file scan looks its store up: the table's own, which the session given
@@ -124,6 +137,10 @@ impl PhysicalExtensionCodec for WireCodec {
                 return write_recursive_query(&name, distinct, &node.schema(), buf);
             }
             "WorkTableExec" => return write_work_table(&node.schema(), buf),
+            "PartialSortExec" => {
+                let announced = self.partial_sorts.lock().expect("poisoned");
+                return write_partial_sort(&node, &announced, buf);
+            }
             "StreamingTableExec" => {
                 let announced = self.streams.lock().expect("poisoned");
                 return encode_announced(&node, &announced, buf);
