@@ -10,7 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from datafusion import SessionContext
+from datafusion import SessionContext, col, lit
+from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
@@ -118,3 +119,24 @@ def test_the_limit_applies_before_rows_cross_the_network(data, cluster):
     # At most a heap per partition of each task (2 tasks of 2 partitions) x 40 groups x K=3;
     # without the heaps the scan stage sends all 12,000 rows.
     assert 0 < sent <= 2 * 2 * 40 * 3, tasks
+
+
+def test_top_n_built_with_the_dataframe_api_runs_on_the_workers(data, kind):
+    """The same top-N as a DataFrame-API chain on ``dctx.table``: a window column, then a
+    filter on it."""
+
+    def top3(frame):
+        rn = f.row_number(partition_by=[col("pk")], order_by=[col("val"), col("id")])
+        return frame.select(col("pk"), col("val"), col("id"), rn.alias("rn")).filter(
+            col("rn") <= lit(3)
+        )
+
+    ctx = session(data)
+    expected = top3(ctx.table("t")).to_arrow_table()
+    dctx = DistributedContext(ctx, workers=kind, config=CONFIG, progress=False)
+    df = top3(dctx.table("t"))
+    assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+    assert expected.num_rows == 40 * 3
+    assert_ran_on_workers(df, dctx)
+    heaps, before_the_shuffle = _heaps_below_a_shuffle(dctx.explain(df))
+    assert heaps == 2 and before_the_shuffle, dctx.explain(df)
