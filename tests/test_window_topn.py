@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext, col, lit
-from datafusion import functions as f
+from datafusion import functions as F
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
@@ -126,7 +126,7 @@ def test_top_n_built_with_the_dataframe_api_runs_on_the_workers(data, kind):
     filter on it."""
 
     def top3(frame):
-        rn = f.row_number(partition_by=[col("pk")], order_by=[col("val"), col("id")])
+        rn = F.row_number(partition_by=[col("pk")], order_by=[col("val"), col("id")])
         return frame.select(col("pk"), col("val"), col("id"), rn.alias("rn")).filter(
             col("rn") <= lit(3)
         )
