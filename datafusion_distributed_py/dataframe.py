@@ -44,8 +44,9 @@ from datafusion.dataframe_formatter import get_formatter
 from datafusion.expr import Projection, SubqueryAlias, TableScan
 from datafusion.record_batch import RecordBatchStream
 
-from datafusion_distributed_py import _internal, plan_metrics, write_options
+from datafusion_distributed_py import _internal, frame_methods, plan_metrics, write_options
 from datafusion_distributed_py.errors import UnsupportedPlanError, WorkerError
+from datafusion_distributed_py.frame_methods import Handling
 from datafusion_distributed_py.monitor import MONITOR, Feed
 
 _log = logging.getLogger("datafusion_distributed_py")
@@ -741,14 +742,11 @@ _DIRECT: dict[str, Callable[[DataFrame, _internal.DistributedPlan], Any]] = {
 #: Methods that build on what the frame's result holds, run on the frame itself (the result
 #: read from the workers), their own result distributed again: ``describe`` runs the query;
 #: ``transform`` calls the user's function with the distributed frame.
-_ON_RESULT = frozenset({"describe", "transform"})
+_ON_RESULT = frame_methods.names(Handling.ON_RESULT)
 
 #: Methods that read the frame's plan rather than its result: the single-node twin answers,
 #: as single-node would (``col``/``column`` qualify columns as the twin's steps expect).
-_ON_TWIN = frozenset({
-    "col", "column", "find_qualified_columns", "parse_sql_expr", "logical_plan",
-    "optimized_logical_plan", "into_view",
-})  # fmt: skip
+_ON_TWIN = frame_methods.names(Handling.TWIN)
 
 #: Terminal methods planned as single-node plans them, so that the work stays on the workers.
 _COMPOSED: dict[str, Callable[..., Any]] = {
@@ -774,19 +772,12 @@ _PUBLIC: dict[str, Callable[..., Any]] = {
 }
 
 
-def _makes_frame(method: Callable[..., Any]) -> bool:
-    """Whether ``method`` returns a new DataFrame (a step of the DataFrame API)."""
-    returns = inspect.signature(method).return_annotation
-    return returns in ("DataFrame", DataFrame)
-
-
-#: Every method that returns a DataFrame and is not listed above is a step applied to the
-#: twin: the general rule, so a method a later datafusion adds is distributed too.
+#: The steps of the DataFrame API (and the plan's readers), applied to the twin, as
+#: `frame_methods` classifies them: a method it does not classify is read from the result.
 _STEPS = {
     name: _step(member)
     for name, member in _PUBLIC.items()
-    if (_makes_frame(member) and name not in _ON_RESULT and name not in _COMPOSED)
-    or name in _ON_TWIN
+    if name in frame_methods.names(Handling.STEP) or name in _ON_TWIN
 }
 
 #: Each public method run on the frame itself (reading its distributed result).
