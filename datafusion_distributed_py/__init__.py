@@ -23,29 +23,14 @@ from datafusion_distributed_py._compat import check_datafusion_major
 # Before loading the Rust core: a mismatched wheel would fail later with an obscure FFI error.
 check_datafusion_major(_datafusion.__version__, DATAFUSION_MAJOR)
 
-from datafusion_distributed_py import (  # noqa: E402
-    _internal,
-    avro_tables,
-    datasets,
-    object_stores,
-    stream_tables,
-    write_options,
-)
+from datafusion_distributed_py import _internal, patches  # noqa: E402
 
 # Registered first, so it runs last of the exit handlers: from then on the core's threads (and
 # queries still running in daemon threads) never enter Python, which would abort the exit.
 atexit.register(_internal.close_interpreter)
 
-# Record object-store settings from now on, so workers can rebuild the user's stores.
-object_stores.install()
-# pyarrow datasets of files and Avro tables register as tables the workers read (see
-# `datasets`, `avro_tables`).
-datasets.install()
-avro_tables.install()
-# Unbounded file tables made by SQL are made so that the workers read them (`stream_tables`).
-stream_tables.install()
-# Keep DataFrameWriteOptions' arguments readable, so df.write_* can write from every task.
-write_options.remember_write_options()
+# What this package changes in datafusion, each change with its reason: `patches.PATCHES`.
+patches.install()
 from datafusion_distributed_py import progress  # noqa: E402
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402

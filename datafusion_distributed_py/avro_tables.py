@@ -22,9 +22,9 @@ from datafusion_distributed_py import _internal
 from datafusion_distributed_py.lakehouse import registry
 
 
-@functools.cache  # once per process
-def install() -> None:
-    """Make ``register_avro`` / ``read_avro`` of local files tables the workers read."""
+def registrations() -> dict[str, Any]:
+    """``register_avro`` / ``read_avro`` of local files making tables the workers read (the
+    wheel cannot serialise its own Avro scans)."""
     ctx_cls = datafusion.SessionContext
     plain_register, plain_read = ctx_cls.register_avro, ctx_cls.read_avro
 
@@ -64,8 +64,7 @@ def install() -> None:
         table = avro_table(f"avro {path}", path, plain.schema(), file_extension)
         return plain if table is None else self.read_table(table)
 
-    ctx_cls.register_avro = register_avro  # type: ignore[method-assign]
-    ctx_cls.read_avro = read_avro  # type: ignore[method-assign]
+    return {"register_avro": register_avro, "read_avro": read_avro}
 
 
 def avro_table(

@@ -496,11 +496,6 @@ def _repr_html(self: DataFrame) -> str:
     return get_formatter().format_html(batches, self.schema(), more, str(uuid.uuid4()))
 
 
-# Looked up on the class: frames whose result repeats a name show single-node's names.
-DataFrame.__repr__ = _repr  # type: ignore[method-assign]
-DataFrame._repr_html_ = _repr_html  # type: ignore[method-assign]
-
-
 def _tail(df: DataFrame, n: int = 5) -> DataFrame:
     """As single-node's ``tail``: the count and the limit both distributed."""
     return _derive(df, "tail", DataFrame.limit, n, max(0, _count(df) - n))  # type: ignore[no-any-return]
@@ -887,9 +882,6 @@ def _delivered(
         yield batch if names is None else _named(batch, names)
 
 
-DataFrame.__arrow_c_stream__ = _c_stream  # type: ignore[method-assign, assignment]
-
-
 @dataclass(frozen=True)
 class _Pending:
     """A frame not planned yet — made by ``dctx.sql()`` and the frame makers, or derived by a
@@ -984,9 +976,6 @@ def _getitem(self: DataFrame, key: str | list[str]) -> DataFrame:
     return self.select(*([key] if isinstance(key, str) else key))
 
 
-DataFrame.__getitem__ = _getitem  # type: ignore[method-assign]
-
-
 def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
     """A step on a plain frame: as it was, unless a frame this package returned is among its
     arguments (``ctx.table("a").join(dctx.sql(...))``); then the composed query is
@@ -1006,12 +995,6 @@ def _plain_step(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# Plain frames' steps; frames this package returned take theirs from `_WRAPPED` below.
-for _name, _method in _PUBLIC.items():
-    if _name in _STEPS and _name not in _ON_TWIN:
-        setattr(DataFrame, _name, _plain_step(_method))
-
-
 def _dispatching(ours: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
     """A method of the class that is ``ours`` on a frame this package returned and ``plain``
     on any other. On the class, not bound on each frame: a frame holding its own bound
@@ -1026,10 +1009,6 @@ def _dispatching(ours: Callable[..., Any], plain: Callable[..., Any]) -> Callabl
         return plain(df, *args, **kwargs)
 
     return method
-
-
-for _name, _wrapper in _WRAPPED.items():
-    setattr(DataFrame, _name, _dispatching(_wrapper, getattr(DataFrame, _name)))
 
 
 class _Core:
@@ -1049,9 +1028,6 @@ class _Core:
         df.__dict__["df"] = core
 
 
-DataFrame.df = _Core()
-
-
 def ran_on(df: DataFrame) -> str | None:
     """``"workers"``, ``"coordinator"`` (a query that fell back to single-node), or None for
     a DataFrame this package did not return."""
@@ -1065,3 +1041,25 @@ def source_of(df: DataFrame) -> Source | None:
     """Where ``df`` runs, if this package returned it (or derived it from one it returned)."""
     origin = origin_of(df)
     return origin.source if origin is not None else None
+
+
+def replacements() -> dict[str, Any]:
+    """What ``patches.install`` puts on ``datafusion.DataFrame``, built from datafusion's own
+    members (read when this module loaded): each public method dispatching to ours on a frame
+    this package returned (a plain frame's steps also carry our frames given as arguments),
+    the special methods Python looks up on the type (``repr``, the Arrow stream, ``df[...]``)
+    and ``df``, the frame's core."""
+    new: dict[str, Any] = {
+        # Looked up on the class: frames whose result repeats a name show single-node's names.
+        "__repr__": _repr,
+        "_repr_html_": _repr_html,
+        "__arrow_c_stream__": _c_stream,
+        "__getitem__": _getitem,
+        "df": _Core(),
+    }
+    for name, wrapper in _WRAPPED.items():
+        plain = _PUBLIC[name]
+        if name in _STEPS and name not in _ON_TWIN:
+            plain = _plain_step(plain)  # a plain frame's step given one of ours
+        new[name] = _dispatching(wrapper, plain)
+    return new

@@ -37,9 +37,9 @@ from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.stores import store_for
 
 
-@functools.cache  # once per process
-def install() -> None:
-    """Register pyarrow datasets of files as tables the workers can read (idempotent)."""
+def registrations() -> dict[str, Any]:
+    """``SessionContext.register_dataset`` registering a dataset of files as a table over
+    exactly those files (the wheel's dataset scan runs Python in this process)."""
     plain = datafusion.SessionContext.register_dataset
 
     @functools.wraps(plain)
@@ -51,16 +51,23 @@ def install() -> None:
         provider, stores = table
         registry.register(self, name, provider, stores)
 
-    datafusion.SessionContext.register_dataset = register_dataset  # type: ignore[method-assign]
+    return {"register_dataset": register_dataset}
 
+
+def table_init() -> dict[str, Any]:
+    """``Table(dataset)`` made a table the workers can read, as ``register_dataset``."""
     plain_table = datafusion.Table.__init__
 
     @functools.wraps(plain_table)
     def table_init(self: datafusion.Table, table: Any, ctx: Any = None) -> None:
         plain_table(self, travelling(table, "table"), ctx)
 
-    datafusion.Table.__init__ = table_init  # type: ignore[method-assign]
+    return {"__init__": table_init}
 
+
+def function_init() -> dict[str, Any]:
+    """``TableFunction(name, func)``: a Python table function's result made a table the
+    workers can read."""
     plain_function = TableFunction.__init__
 
     @functools.wraps(plain_function)
@@ -71,7 +78,7 @@ def install() -> None:
             func = _returning_travelling(func, name)
         plain_function(self, name, func, *args, **kwargs)
 
-    TableFunction.__init__ = function_init  # type: ignore[method-assign]
+    return {"__init__": function_init}
 
 
 def _returning_travelling(func: Callable[..., Any], name: str) -> Callable[..., Any]:

@@ -119,14 +119,21 @@ def _url(schema: str, host: str | None) -> str:
     return f"{scheme}://{host or ''}"
 
 
-@functools.cache  # once per process
-def install() -> None:
-    """Start recording store construction and (de)registration (idempotent)."""
+def store_classes() -> dict[str, Any]:
+    """``datafusion.object_store``'s store classes, each recording the arguments it was built
+    with (datafusion keeps no readable settings on a store): workers rebuild the stores."""
+    return {
+        name: _recording(cls)
+        for name in _KINDS
+        if isinstance(cls := getattr(_object_store, name, None), type)
+        and not isinstance(cls, _StoreClass)
+    }
+
+
+def registrations() -> dict[str, Any]:
+    """``SessionContext.(de)register_object_store`` recording which stores each session has
+    (datafusion lists none)."""
     ctx_cls = datafusion.SessionContext
-    for name in _KINDS:
-        cls = getattr(_object_store, name, None)
-        if isinstance(cls, type) and not isinstance(cls, _StoreClass):
-            setattr(_object_store, name, _recording(cls))
     register = ctx_cls.register_object_store
     deregister = ctx_cls.deregister_object_store
 
@@ -146,9 +153,11 @@ def install() -> None:
         with _lock:
             _sessions.get(self.session_id(), {}).pop(_url(schema, host), None)
 
-    # Patching the class is the point: every session, however created, records its stores.
-    ctx_cls.register_object_store = register_object_store  # type: ignore[method-assign]
-    ctx_cls.deregister_object_store = deregister_object_store  # type: ignore[method-assign]
+    # On the class: every session, however created, records its stores.
+    return {
+        "register_object_store": register_object_store,
+        "deregister_object_store": deregister_object_store,
+    }
 
 
 def record(ctx: datafusion.SessionContext, url: str, settings: Settings) -> None:

@@ -32,9 +32,9 @@ _MAYBE_UNBOUNDED = re.compile(r"^\s*CREATE\b.*\bUNBOUNDED\b", re.IGNORECASE | re
 _TABLES: weakref.WeakKeyDictionary[SessionContext, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
-@functools.cache  # once per process
-def install() -> None:
-    """Record what the unbounded file tables ``SessionContext.sql`` makes read."""
+def statements() -> dict[str, Any]:
+    """``SessionContext.sql`` recording what the unbounded file tables it makes read (the
+    wheel's table keeps no record of its file)."""
     ctx_cls = datafusion.SessionContext
     plain_sql = ctx_cls.sql
 
@@ -50,7 +50,7 @@ def install() -> None:
             _TABLES.setdefault(self, {})[name] = spec
         return result
 
-    ctx_cls.sql = sql  # type: ignore[method-assign]
+    return {"sql": sql}
 
 
 def _unbounded_table(ctx: SessionContext, query: object) -> tuple[str, bool, str] | None:

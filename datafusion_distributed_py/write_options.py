@@ -10,7 +10,7 @@ answer) and ``sort_by`` (one ordered stream, as single-node writes it: see
 :func:`without_sort`) — is written by the coordinator, as single-node writes it.
 
 ``DataFrameWriteOptions`` keeps its arguments only inside datafusion-python's Rust object, so
-:func:`remember_write_options` has its constructor note them on the instance; options made
+:func:`remembering` has its constructor note them on the instance; options made
 before this package was imported are not readable and are written by the coordinator.
 """
 
@@ -33,19 +33,17 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ARGS = "_dfdpy_args"
 
 
-def remember_write_options() -> None:
-    """Has ``DataFrameWriteOptions(...)`` note its arguments on the instance (once)."""
+def remembering() -> dict[str, Any]:
+    """``DataFrameWriteOptions(...)`` noting its arguments on the instance (the object keeps
+    them unreadable), so ``df.write_*`` can write from every task."""
     init = DataFrameWriteOptions.__init__
-    if getattr(init, "_dfdpy_remembers", False):
-        return
 
     @functools.wraps(init)
     def noting(self: DataFrameWriteOptions, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         object.__setattr__(self, _ARGS, _bound_args(init, self, *args, **kwargs))
 
-    noting._dfdpy_remembers = True  # type: ignore[attr-defined]
-    DataFrameWriteOptions.__init__ = noting  # type: ignore[method-assign]
+    return {"__init__": noting}
 
 
 def _bound_args(init: Any, self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
