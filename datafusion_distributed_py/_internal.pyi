@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, final
 
 from datafusion_distributed_py.context import MetricsRecord
+from datafusion_distributed_py.plan_request import PlanRequest
 from datafusion_distributed_py.security import CoreSecurity
 
 #: ``(url, kind, options)`` of an object store, as ``object_stores.stores_of`` describes it.
@@ -97,67 +98,20 @@ class Coordinator:
         """How each worker is doing: ``url``, ``error`` (None when it answered),
         ``rss_bytes``, ``cpu_percent``, ``running_tasks``."""
 
-    def distribute(
-        self,
-        plan_bytes: bytes,
-        codec: object,
-        options: dict[str, str],
-        stores: Sequence[_StoreSpec] = ...,
-        progress: Callable[..., None] | None = None,
-        session: object | None = None,
-        min_workers: int = 1,
-        max_retries: int = 1,
-        writes: bool = False,
-        live_interval: float = 0.5,
-        table_scans: Sequence[bytes] = ...,
-        stall_timeout: float | None = None,
-        spool_dir: str | None = None,
-        window_filters: Sequence[bytes] = ...,
-    ) -> DistributedPlan:
-        """Distributes a physical plan serialised by datafusion-python.
-
-        ``codec`` is the session (or its physical extension codec capsule); ``options`` are
-        ``datafusion.*`` and ``distributed.*`` settings; ``progress`` is called with
-        ``(stage, done, total, worker_url)``.
-        """
+    def distribute(self, request: PlanRequest) -> DistributedPlan:
+        """Distributes a physical plan serialised by datafusion-python, as ``request`` says."""
     def kept_tables(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
         """The kept tables on these workers: ``(id, name, shares)``."""
     def keep(
         self,
         name: str,
-        plan_bytes: bytes,
-        codec: object,
-        options: dict[str, str],
-        stores: Sequence[_StoreSpec] = ...,
-        progress: Callable[..., None] | None = None,
-        session: object | None = None,
-        min_workers: int = 1,
-        max_retries: int = 1,
-        table_scans: Sequence[bytes] = ...,
+        request: PlanRequest,
         original: object | None = None,
-        stall_timeout: float | None = None,
-        spool_dir: str | None = None,
-        window_filters: Sequence[bytes] = ...,
         replacing: KeptTable | None = None,
     ) -> KeptTable:
         """Runs a plan as ``distribute`` takes it, keeping its result on the workers that
         compute it, as the kept table ``name``."""
-    def insert(
-        self,
-        table: KeptTable,
-        plan_bytes: bytes,
-        codec: object,
-        options: dict[str, str],
-        stores: Sequence[_StoreSpec] = ...,
-        progress: Callable[..., None] | None = None,
-        session: object | None = None,
-        min_workers: int = 1,
-        max_retries: int = 1,
-        table_scans: Sequence[bytes] = ...,
-        stall_timeout: float | None = None,
-        spool_dir: str | None = None,
-        window_filters: Sequence[bytes] = ...,
-    ) -> KeptInsert:
+    def insert(self, table: KeptTable, request: PlanRequest) -> KeptInsert:
         """``INSERT INTO table`` of a plan as ``distribute`` takes it: a table provider whose
         every scan runs the insert on the workers once and gives its count."""
 

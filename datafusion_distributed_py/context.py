@@ -44,6 +44,7 @@ from datafusion_distributed_py.plan_facts import (
     without_window_topn,
 )
 from datafusion_distributed_py.plan_picture import ExplainedPlan
+from datafusion_distributed_py.plan_request import PlanRequest
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
 from datafusion_distributed_py.session_runtime import runtime_budget
@@ -620,20 +621,16 @@ class DistributedContext:
     def _plan(self, df: DataFrame, feed: Feed) -> _internal.DistributedPlan:
         fresh, request = self._request(df, feed)
         writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
-        plan = self._coordinator.distribute(
-            **request,
-            writes=writes,
-            live_interval=self._config.progress_interval,
-        )
+        request.writes, request.live_interval = writes, self._config.progress_interval
+        plan = self._coordinator.distribute(request)
         _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
 
-    def _request(self, df: DataFrame, feed: Feed) -> tuple[DataFrame, dict[str, Any]]:
+    def _request(self, df: DataFrame, feed: Feed) -> tuple[DataFrame, PlanRequest]:
         """``df`` re-created under our settings, and what the core plans it from
         (``Coordinator.distribute`` and ``keep``'s arguments)."""
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
-        settings = self._settings(feed)
         # A DataFrame plans with the settings of its creation: re-create it under ours.
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
         # Planning errors are the query's own: they surface as single-node's would.
@@ -664,15 +661,14 @@ class DistributedContext:
                     self._wire_codec.announce_partial_sorts([])
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise _unsupported(self._wire, fresh, e, self._ctx) from e
-        request = {**settings, **self._wire_of(wire), "plan_bytes": plan_bytes}
-        request["table_scans"], request["window_filters"] = [], []
+        request = self._request_for(feed, wire, plan_bytes)
         # The logical plan is read (optimised once more) only for what the physical one lacks.
         if facts.reads_text_files or facts.filters_windows:
             logical = optimized(fresh)
             if facts.reads_text_files:
-                request["table_scans"] = table_scans(logical)
+                request.table_scans = table_scans(logical)
             if facts.filters_windows:
-                request["window_filters"] = filtered_windows(logical)
+                request.window_filters = filtered_windows(logical)
         return fresh, request
 
     def _stream_tables(self, df: DataFrame, fetches: list[int | None]) -> list[str]:
@@ -683,22 +679,23 @@ class DistributedContext:
             return []
         return stream_tables.scanned(self._ctx, optimized(df), len(fetches)) or []
 
-    def _settings(self, feed: Feed) -> dict[str, Any]:
-        """What the core runs anything with, besides its plan: our options over the session's
-        settings (the core reads those from the session itself), object stores, progress and
-        retries. Every run of the core (a query, a result or table to keep) starts here."""
-        return {
-            "options": self._config.to_options(), "stores": object_stores.stores_of(self._ctx),
-            "progress": progress_mod.to_rust(feed), "min_workers": self._config.min_workers,
-            "max_retries": self._config.max_retries,
-            "stall_timeout": self._config.stall_timeout or None,
-            "spool_dir": _spool_dir(self._config),
-        }  # fmt: skip
-
-    @staticmethod
-    def _wire_of(wire: SessionContext) -> dict[str, Any]:
-        """The session a plan is serialised through, and its codec, as the core takes them."""
-        return {"codec": wire.__datafusion_physical_extension_codec__(), "session": wire}
+    def _request_for(self, feed: Feed, wire: SessionContext, plan_bytes: bytes) -> PlanRequest:
+        """What the core runs ``plan_bytes`` (serialised through ``wire``) with: our options
+        over the session's settings (the core reads those from the session itself), object
+        stores, progress and retries. Every run of the core (a query, a result or table to
+        keep) starts here."""
+        return PlanRequest(
+            plan_bytes=plan_bytes,
+            codec=wire.__datafusion_physical_extension_codec__(),
+            session=wire,
+            options=self._config.to_options(),
+            stores=object_stores.stores_of(self._ctx),
+            progress=progress_mod.to_rust(feed),
+            min_workers=self._config.min_workers,
+            max_retries=self._config.max_retries,
+            stall_timeout=self._config.stall_timeout or None,
+            spool_dir=_spool_dir(self._config),
+        )
 
     def _keep(
         self, df: DataFrame, name: str, original: pa.RecordBatchReader | None = None
@@ -710,10 +707,10 @@ class DistributedContext:
         feed = Feed(f"keep {name}: {_describe(df)}", (self, self._workers), self._progress)
         try:
             if original is not None:  # its rows are sent, not a plan holding them
-                request = {**self._settings(feed), **self._wire_of(self._ctx), "plan_bytes": b""}
+                request = self._request_for(feed, self._ctx, b"")
             else:
                 _, request = self._request(df, feed)
-            return self._coordinator.keep(name, **request, original=original)
+            return self._coordinator.keep(name, request, original=original)
         except UnsupportedPlanError as e:
             self._source_error(e, df)  # warns, or raises under fallback="error"
             return None
@@ -750,7 +747,7 @@ class DistributedContext:
         except UnsupportedPlanError as e:
             self._source_error(e, rows)  # warns, or raises under fallback="error"
             return single_node
-        return self._ctx.read_table(self._coordinator.insert(into, **request))
+        return self._ctx.read_table(self._coordinator.insert(into, request))
 
     def _rewrite_kept(
         self,
@@ -776,7 +773,7 @@ class DistributedContext:
             self._source_error(e, single_node)  # warns, or raises under fallback="error"
             return single_node
         matched = touched.to_pylist()[0]["n"] if touched is not None else 0
-        kept = self._coordinator.keep(into.name, **request, replacing=into)
+        kept = self._coordinator.keep(into.name, request, replacing=into)
         if kind == "delete":
             matched = into.rows - kept.rows  # `into` is retired now: its rows stay as read
         self._ctx.deregister_table(table)

@@ -1,23 +1,20 @@
 //! `Coordinator`: the Python handle on a [`ClusterPlanner`] (embedded or remote workers).
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::capsule::{self, import_session_codec, session_functions, session_settings};
+use super::capsule;
 use super::errors::to_py_err;
 use super::kept_insert::KeptInsert;
 use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
+use super::request::Request;
 use super::security::SecuritySpec;
 use crate::coordinator::{
-    ClusterPlanner, DistributedTable, InsertProvider, PlanRequest, ProgressSink, ProgressUpdate,
-    Role,
+    ClusterPlanner, DistributedTable, InsertProvider, ProgressSink, ProgressUpdate,
 };
-use crate::object_stores::StoreSpec;
-use crate::plan_rewrites::CompressedTable;
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
 use crate::runtime;
 use crate::security::Security;
@@ -121,56 +118,10 @@ impl Coordinator {
             .collect()
     }
 
-    /// Distributes a physical plan serialised by datafusion-python.
-    ///
-    /// `codec` is the session's `datafusion_physical_extension_codec` capsule (or the session);
-    /// `options` are config entries set over the session's own settings (read from `session`):
-    /// `distributed.*` and planning overrides;
-    /// `stores` are `(url, kind, options)` of the session's object stores.
-    /// `session` is kept alive with the plan (the codec needs its task context).
-    /// `min_workers`: fewer usable workers fail the query; `max_retries`: runs after the
-    /// first when a worker is lost; `writes`: the query writes (never run twice);
-    /// `live_interval`: seconds between asks for running tasks' rows (0: never);
-    /// `table_scans`: the plan's logical table scans (`LogicalPlan.to_bytes()`), which carry
-    /// what the physical plan's bytes leave out (a CSV or NDJSON table's compression);
-    /// `window_filters`: its window expressions with a `FILTER` (`Expr.to_bytes()`), whose
-    /// filters the physical plan's bytes leave out.
-    #[pyo3(signature = (
-        plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, writes = false, live_interval = 0.5,
-        table_scans = vec![], stall_timeout = None, spool_dir = None, window_filters = vec![]
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn distribute(
-        &self,
-        py: Python<'_>,
-        plan_bytes: &[u8],
-        codec: &Bound<'_, PyAny>,
-        options: HashMap<String, String>,
-        stores: Vec<(String, String, BTreeMap<String, String>)>,
-        progress: Option<Py<PyAny>>,
-        session: Option<Py<PyAny>>,
-        min_workers: usize,
-        max_retries: usize,
-        writes: bool,
-        live_interval: f64,
-        table_scans: Vec<Vec<u8>>,
-        stall_timeout: Option<f64>,
-        spool_dir: Option<String>,
-        window_filters: Vec<Vec<u8>>,
-    ) -> PyResult<DistributedPlan> {
-        let request = Arc::new(request(
-            py,
-            plan_bytes,
-            codec,
-            options,
-            stores,
-            progress,
-            session,
-            (min_workers, max_retries, writes),
-            (live_interval, stall_timeout, spool_dir),
-            (table_scans, window_filters),
-        )?);
+    /// Distributes a physical plan serialised by datafusion-python, as `request` (a
+    /// `plan_request.PlanRequest`) describes it.
+    fn distribute(&self, py: Python<'_>, request: Request) -> PyResult<DistributedPlan> {
+        let request = Arc::new(request.into_plan_request(py)?);
         let planner = Arc::clone(&self.planner);
         let req = Arc::clone(&request);
         let planned =
@@ -185,31 +136,15 @@ impl Coordinator {
     /// Runs a plan as `distribute` takes it and keeps its result on the workers that compute
     /// it, as the kept table `name`. `original`: an in-memory table's rows (anything with
     /// `__arrow_c_stream__`) to send and keep instead, held by the table to send again (then
-    /// `plan_bytes` is not read). `replacing`: the kept table whose new contents these are
-    /// (a `DELETE` or `UPDATE` of it), retired if no insert changed it meanwhile.
-    #[pyo3(signature = (
-        name, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, table_scans = vec![], original = None,
-        stall_timeout = None, spool_dir = None, window_filters = vec![], replacing = None
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// the request's plan is not read). `replacing`: the kept table whose new contents these
+    /// are (a `DELETE` or `UPDATE` of it), retired if no insert changed it meanwhile.
+    #[pyo3(signature = (name, request, original = None, replacing = None))]
     fn keep(
         &self,
         py: Python<'_>,
         name: String,
-        plan_bytes: &[u8],
-        codec: &Bound<'_, PyAny>,
-        options: HashMap<String, String>,
-        stores: Vec<(String, String, BTreeMap<String, String>)>,
-        progress: Option<Py<PyAny>>,
-        session: Option<Py<PyAny>>,
-        min_workers: usize,
-        max_retries: usize,
-        table_scans: Vec<Vec<u8>>,
+        request: Request,
         original: Option<Bound<'_, PyAny>>,
-        stall_timeout: Option<f64>,
-        spool_dir: Option<String>,
-        window_filters: Vec<Vec<u8>>,
         replacing: Option<PyRef<'_, KeptTable>>,
     ) -> PyResult<KeptTable> {
         let replacing = replacing.map(|t| Arc::clone(&t.table));
@@ -225,18 +160,7 @@ impl Coordinator {
             }
             None => None,
         };
-        let request = request(
-            py,
-            plan_bytes,
-            codec,
-            options,
-            stores,
-            progress,
-            session,
-            (min_workers, max_retries, false),
-            (0.0, stall_timeout, spool_dir),
-            (table_scans, window_filters),
-        )?;
+        let request = request.into_plan_request(py)?;
         let planner = Arc::clone(&self.planner);
         let table = runtime::wait_for(py, async move {
             crate::coordinator::KeptTable::keep(planner, &request, name, original, replacing)
@@ -249,103 +173,17 @@ impl Coordinator {
     /// `INSERT INTO table <query>` with the query (its rows cast to the table's columns, as
     /// datafusion plans an insert's input) run on the workers, each task keeping its rows
     /// as the table's where it ran: a table whose every scan runs the insert once and
-    /// gives its count. The arguments past `table` are `distribute`'s.
-    #[pyo3(signature = (
-        table, plan_bytes, codec, options, stores = vec![], progress = None, session = None,
-        min_workers = 1, max_retries = 1, table_scans = vec![], stall_timeout = None,
-        spool_dir = None, window_filters = vec![]
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    /// gives its count.
     fn insert(
         &self,
         py: Python<'_>,
         table: PyRef<'_, KeptTable>,
-        plan_bytes: &[u8],
-        codec: &Bound<'_, PyAny>,
-        options: HashMap<String, String>,
-        stores: Vec<(String, String, BTreeMap<String, String>)>,
-        progress: Option<Py<PyAny>>,
-        session: Option<Py<PyAny>>,
-        min_workers: usize,
-        max_retries: usize,
-        table_scans: Vec<Vec<u8>>,
-        stall_timeout: Option<f64>,
-        spool_dir: Option<String>,
-        window_filters: Vec<Vec<u8>>,
+        request: Request,
     ) -> PyResult<KeptInsert> {
-        let request = request(
-            py,
-            plan_bytes,
-            codec,
-            options,
-            stores,
-            progress,
-            session,
-            (min_workers, max_retries, false),
-            (0.0, stall_timeout, spool_dir),
-            (table_scans, window_filters),
-        )?;
+        let request = request.into_plan_request(py)?;
         let table = Arc::clone(&table.table);
         Ok(KeptInsert::new(InsertProvider::new(table, request)))
     }
-}
-
-/// A plan request as `distribute` and `keep` take it.
-#[allow(clippy::too_many_arguments)]
-fn request(
-    py: Python<'_>,
-    plan_bytes: &[u8],
-    codec: &Bound<'_, PyAny>,
-    options: HashMap<String, String>,
-    stores: Vec<(String, String, BTreeMap<String, String>)>,
-    progress: Option<Py<PyAny>>,
-    session: Option<Py<PyAny>>,
-    (min_workers, max_retries, writes): (usize, usize, bool),
-    (live_interval, stall_timeout, spool_dir): (f64, Option<f64>, Option<String>),
-    (table_scans, window_filters): (Vec<Vec<u8>>, Vec<Vec<u8>>),
-) -> PyResult<PlanRequest> {
-    let seconds = |name: &str, s: f64| {
-        std::time::Duration::try_from_secs_f64(s)
-            .map_err(|_| PyValueError::new_err(format!("{name} must be a number of seconds >= 0")))
-    };
-    let live_interval = seconds("live_interval", live_interval)?;
-    let stall_timeout = stall_timeout
-        .map(|s| seconds("stall_timeout", s))
-        .transpose()?;
-    // The session's own settings, then ours (`distributed.*`, planning overrides) over them.
-    let mut settings = match &session {
-        Some(session) => session_settings(session.bind(py))?,
-        None => HashMap::new(),
-    };
-    settings.extend(options);
-    let mut compressed_tables = Vec::new();
-    for scan in &table_scans {
-        compressed_tables.extend(CompressedTable::from_logical_scan(scan).map_err(to_py_err)?);
-    }
-    Ok(PlanRequest {
-        plan_bytes: plan_bytes.to_vec(),
-        plan: None,
-        compressed_tables,
-        window_filters,
-        codec: Arc::new(match &session {
-            Some(session) => {
-                import_session_codec(codec)?.with_functions(session_functions(session.bind(py))?)
-            }
-            None => import_session_codec(codec)?,
-        }),
-        options: settings,
-        stores: stores.into_iter().map(StoreSpec::from).collect(),
-        progress: progress.map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),
-        keep_alive: session.map(|s| Arc::new(s) as Arc<dyn std::any::Any + Send + Sync>),
-        min_workers,
-        max_retries,
-        writes,
-        live_interval,
-        stall_timeout,
-        role: Role::Query,
-        keep_as: None,
-        spool_dir: spool_dir.map(std::path::PathBuf::from),
-    })
 }
 
 /// The user's Python callable returning worker URLs.
@@ -376,7 +214,7 @@ impl ListWorkers for PythonResolver {
 
 /// The user's progress callback, called `(stage, done, total, worker_url, attempt, kind, rows,
 /// eta_s)` (`progress.to_rust` turns those into `ProgressEvent`s).
-struct PythonProgress(Py<PyAny>);
+pub(super) struct PythonProgress(pub(super) Py<PyAny>);
 
 impl ProgressSink for PythonProgress {
     fn update(&self, u: ProgressUpdate<'_>) {

@@ -13,6 +13,7 @@ mod health;
 mod kept_insert;
 mod kept_table;
 mod plan;
+mod request;
 mod security;
 mod snapshot_table;
 mod statement;
