@@ -19,6 +19,7 @@ from datafusion import SessionContext
 from datafusion_distributed_py.config import memory_limit_bytes
 from datafusion_distributed_py.dashboard import Dashboard
 from datafusion_distributed_py.errors import WorkerError
+from datafusion_distributed_py.resolvers import ClusterUrls
 from datafusion_distributed_py.security import Security
 
 #: Seconds a worker process may take to print its URL.
@@ -190,7 +191,7 @@ class LocalCluster:
         from datafusion_distributed_py.status import ClusterStatus
 
         core = self.security._to_core() if self.security is not None else None
-        coordinator = _internal.Coordinator.remote(lambda: list(self.urls), core)
+        coordinator = _internal.Coordinator.remote(ClusterUrls(self), core)
 
         def status() -> ClusterStatus:
             return ClusterStatus.take(coordinator.worker_status(), MONITOR.queries(owner=self))

@@ -46,6 +46,7 @@ from datafusion_distributed_py.plan_facts import (
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.plan_request import PlanRequest
 from datafusion_distributed_py.progress import ProgressCallback
+from datafusion_distributed_py.resolvers import ClusterUrls
 from datafusion_distributed_py.security import Security
 from datafusion_distributed_py.session_runtime import runtime_budget
 from datafusion_distributed_py.status import ClusterStatus
@@ -862,22 +863,6 @@ def _security_for(workers: Workers, security: Security | None) -> Security | Non
     return Security.from_env()
 
 
-class _ClusterUrls:
-    """A cluster's URLs as a resolver, asked at each planning; with the cluster's
-    ``starting()`` (a :class:`LocalCluster` restarting a dead worker), which a run again after a
-    lost worker waits for."""
-
-    def __init__(self, cluster: HasUrls) -> None:
-        self._cluster = cluster
-
-    def __call__(self) -> list[str]:
-        return list(self._cluster.urls)
-
-    def starting(self) -> int:
-        starting = getattr(self._cluster, "starting", None)
-        return int(starting()) if callable(starting) else 0
-
-
 def _coordinator_for(
     workers: Workers, security: Security | None, ctx: SessionContext
 ) -> _internal.Coordinator:
@@ -900,7 +885,7 @@ def _coordinator_for(
         return _internal.Coordinator.remote(workers, core)
     if isinstance(workers, HasUrls):
         # Asked at each planning: a LocalCluster replaces workers that die.
-        return _internal.Coordinator.remote(_ClusterUrls(workers), core)
+        return _internal.Coordinator.remote(ClusterUrls(workers), core)
     if isinstance(workers, (list, tuple)):
         if not workers:
             raise ValueError("workers=[] names no workers; pass None for the embedded cluster")

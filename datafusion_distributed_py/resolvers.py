@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 
 def dns_workers(name: str, port: int, scheme: str = "http") -> Callable[[], list[str]]:
@@ -50,3 +51,32 @@ def _host(address: str) -> str:
 
 
 __all__ = ["dns_workers"]
+
+
+class _Urls(Protocol):
+    @property
+    def urls(self) -> Sequence[str]: ...
+
+
+class ClusterUrls:
+    """A cluster's URLs (anything with ``urls``: ``LocalCluster``, ``RayCluster``) as a
+    resolver, asked at each planning; with the cluster's ``starting()`` (a ``LocalCluster``
+    restarting a dead worker), which a run again after a lost worker waits for.
+
+    Example:
+        >>> class Two:
+        ...     urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+        >>> resolver = ClusterUrls(Two())
+        >>> resolver(), resolver.starting()
+        (['http://127.0.0.1:1', 'http://127.0.0.1:2'], 0)
+    """
+
+    def __init__(self, cluster: _Urls) -> None:
+        self._cluster = cluster
+
+    def __call__(self) -> list[str]:
+        return list(self._cluster.urls)
+
+    def starting(self) -> int:
+        starting = getattr(self._cluster, "starting", None)
+        return int(starting()) if callable(starting) else 0
