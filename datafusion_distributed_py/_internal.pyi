@@ -42,6 +42,7 @@ __all__ = [
     "check_health",
     "planner_defaults",
     "distributed_setting",
+    "unbounded_table",
     "close_interpreter",
 ]
 

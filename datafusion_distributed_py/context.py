@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import tempfile
 import threading
 import uuid
@@ -14,8 +13,8 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
-from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
-from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain, TableScan
+from datafusion import DataFrame, SessionContext
+from datafusion.expr import Analyze, CopyTo, DmlStatement, EmptyRelation, Explain
 from datafusion.unparser import Dialect, Unparser
 
 from datafusion_distributed_py import _internal, kept_dml, object_stores, stream_tables
@@ -34,7 +33,12 @@ from datafusion_distributed_py.dataframe import (
     source_of,
 )
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
-from datafusion_distributed_py.lakehouse.registry import single_node_reason
+from datafusion_distributed_py.fallback_reasons import (
+    check_result_types,
+    readable_reason,
+    scanned_tables,
+    unsupported,
+)
 from datafusion_distributed_py.monitor import MONITOR, Feed
 from datafusion_distributed_py.plan_facts import (
     filtered_windows,
@@ -392,7 +396,7 @@ class DistributedContext:
     def _made(self, maker: str, /, *args: Any, **kwargs: Any) -> DataFrame:
         df = getattr(self._ctx, maker)(*args, **kwargs)
         first = repr(args[0]) if args and isinstance(args[0], str) else "..."
-        scanned = _scanned_tables(df.logical_plan())
+        scanned = scanned_tables(df.logical_plan())
         if len(scanned) == 1 and self._keep_memory_tables(df):
             # A frame that reads one table whole (``table``, ``from_pandas``...): the same
             # frame over the table now kept on the workers.
@@ -406,7 +410,7 @@ class DistributedContext:
         (single-node reads the same rows here). True when any was: frames made before that
         still carry the rows in their plans, so the caller makes ``df`` again."""
         kept_any = False
-        for name, ref in _scanned_tables(df.logical_plan()).items():
+        for name, ref in scanned_tables(df.logical_plan()).items():
             rows = self._memory_table_rows(ref)
             if rows is None or sum(b.nbytes for b in rows) <= self._config.keep_tables_above:
                 continue
@@ -624,7 +628,7 @@ class DistributedContext:
         writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
         request.writes, request.live_interval = writes, self._config.progress_interval
         plan = self._coordinator.distribute(request)
-        _check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
+        check_result_types(fresh.schema(), self._ctx.read_table(plan).schema())
         return plan
 
     def _request(self, df: DataFrame, feed: Feed) -> tuple[DataFrame, PlanRequest]:
@@ -661,7 +665,7 @@ class DistributedContext:
                     self._wire_codec.announce_streams([], None)
                     self._wire_codec.announce_partial_sorts([])
         except Exception as e:  # datafusion raises plain Exception subclasses
-            raise _unsupported(self._wire, fresh, e, self._ctx) from e
+            raise unsupported(self._wire, fresh, e, self._ctx) from e
         request = self._request_for(feed, wire, plan_bytes)
         # The logical plan is read (optimised once more) only for what the physical one lacks.
         if facts.reads_text_files or facts.filters_windows:
@@ -809,36 +813,11 @@ class DistributedContext:
         return f"DistributedContext(workers={self.worker_urls!r})"
 
 
-#: What DataFusion appends to an internal error: a request for a bug report, not our user's
-#: next step.
-#: The node a serialiser error names (``... Plan: PartialSortExec { ...``).
-_UNWRITTEN_NODE = re.compile(r"\]\. Plan: (\w+)")
-_BUG_FOOTER = re.compile(r"\s*This issue was likely caused by a bug in DataFusion.*?issues", re.S)
-#: A Rust struct printed whole (FFI function pointers, plan properties): for debugging only.
-_STRUCT_DUMP = re.compile(r"[.:]?\s*(Plan|Expr): [A-Z]\w* \{.*", re.S)
-
-
 def _spool_dir(config: DistributedConfig) -> str | None:
     """Where the tasks of a query spool their output (``fault_tolerance="task"``), or None."""
     if config.fault_tolerance != "task":
         return None
     return config.spool_dir or os.path.join(tempfile.gettempdir(), "dfdpy-spool")
-
-
-def readable_reason(reason: str) -> str:
-    """A fallback reason as a person reads it: without DataFusion's bug-report footer or Rust
-    structs printed whole (the full text goes to DEBUG logging).
-
-    Example:
-        >>> readable_reason("no codec [x]. Plan: ForeignExecutionPlan { plan: 0x7f00 }.")
-        'no codec [x]'
-        >>> readable_reason("a cause. This issue was likely caused by a bug in DataFusion's"
-        ...                 " code. Please ... https://github.com/apache/datafusion/issues")
-        'a cause.'
-    """
-    text = _BUG_FOOTER.sub("", reason)
-    text = _STRUCT_DUMP.sub("", text)
-    return text.strip()
 
 
 def _sql_str(text: str) -> str:
@@ -919,186 +898,3 @@ def _as_sql(ctx: SessionContext, df: DataFrame) -> str:
     if not same:
         raise UnsupportedPlanError("its plan, written as SQL, plans to another result")
     return sql
-
-
-def _check_result_types(single_node: pa.Schema, distributed: pa.Schema) -> None:
-    """Refuse (as not distributable) a plan whose result types or field metadata changed in
-    serialisation (DataFusion 55 writes a Float16 literal as a Float32 one, and drops a
-    literal's metadata, for instance)."""
-    for want, got in zip(single_node, distributed, strict=False):
-        if not _same_kind(want.type, got.type):
-            raise UnsupportedPlanError(
-                f"its column {want.name!r} is {want.type} single-node but {got.type} once the "
-                "plan is serialised (DataFusion 55's plan serialisation changes the type)"
-            )
-        if (want.metadata or {}) != (got.metadata or {}):
-            raise UnsupportedPlanError(
-                f"its column {want.name!r} carries field metadata {_shown(want.metadata)} "
-                f"single-node but {_shown(got.metadata)} once the plan is serialised "
-                "(DataFusion 55's plan serialisation drops a literal's field metadata)"
-            )
-
-
-def _shown(metadata: dict[bytes, bytes] | None) -> str:
-    pairs = (metadata or {}).items()
-    return repr({k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs})
-
-
-def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
-    """Whether two result types are the same up to what DataFusion itself lets differ between
-    a logical plan and its physical plan (decimal precision, string and binary encodings)."""
-    if a == b:
-        return True
-    text = (pa.types.is_string, pa.types.is_large_string, lambda t: str(t) == "string_view")
-    binary = (pa.types.is_binary, pa.types.is_large_binary, lambda t: str(t) == "binary_view")
-    for group in ((pa.types.is_decimal,), text, binary):
-        if any(f(a) for f in group) and any(f(b) for f in group):
-            return True
-    return False
-
-
-def _unsupported(
-    ctx: SessionContext, df: DataFrame, err: Exception, user_ctx: SessionContext | None = None
-) -> UnsupportedTableError:
-    """Explain why ``df``'s physical plan did not serialise: which tables, and what to do
-    (``ctx`` the session it was serialised through, ``user_ctx`` the user's)."""
-    plan = optimized(df)
-    root = plan.to_variant()
-    scans = _scanned_tables(plan)
-    # Unbounded file tables travel when announced (see `stream_tables`), alone they do not.
-    streams = [n for n in scans if stream_tables.recorded(user_ctx or ctx, n)]
-    # The tables that cannot travel are those whose scan alone does not serialise either.
-    blocked = {
-        name: ref
-        for name, ref in scans.items()
-        if name not in streams and not _serialises(ctx, ref)
-    }
-    kinds = {kind for ref in blocked.values() for kind in _scan_kinds(ctx, ref)}
-    named = ", ".join(blocked or scans)
-    where = f" (tables in the query: {named})" if named else ""
-    found = _UNWRITTEN_NODE.search(str(err))
-    node = found.group(1) if found else None
-    if not blocked and node not in (
-        None,
-        "ForeignExecutionPlan",
-        "FFI_ExecutionPlan",
-        "LazyMemTableExec",
-    ):
-        # Every table travels: the operator the serialiser stopped at is the reason.
-        where = f" (DataFusion 55 cannot serialise its {node})"
-    hint = "Run it single-node with ctx.sql(...) instead."
-    # DataFusion names a stream scan `LazyMemTableExec` in its debug text.
-    if not blocked and streams and node in (None, "StreamingTableExec", "LazyMemTableExec"):
-        where = f" (unbounded tables: {', '.join(streams)})"
-        hint = (
-            "An unbounded table is sent to workers as the file it reads, its scan told apart "
-            "by the columns it shows: this query scans two such tables showing the same "
-            "columns, or scans them with different limits. Run it single-node with "
-            "ctx.sql(...), or give the tables' columns different names."
-        )
-    if isinstance(root, DmlStatement):
-        statement, target = str(root.op().name()).upper(), str(root.table_name())
-        where = f" (it writes into table {target})"
-        hint = (
-            f"{statement} {target} writes into a table held by this process (such as an "
-            "in-memory table) and cannot run on workers; run it with ctx.sql(...).collect() "
-            "instead."
-        )
-    elif isinstance(root, CopyTo) and "Arrow" in str(root.file_type()):
-        where = f" (it writes Arrow IPC files to {root.output_url()})"
-        hint = (
-            "The datafusion 55 wheel cannot serialise an Arrow IPC file sink, so COPY ... STORED "
-            "AS ARROW is written single-node; STORED AS PARQUET, CSV or JSON is written from "
-            "every worker."
-        )
-    elif blocked:
-        where = f" (tables that cannot be sent to workers: {named})"
-        lakehouse = [r for r in (single_node_reason(ctx, n) for n in blocked) if r]
-        if lakehouse:
-            where = ""
-            hint = "; ".join(lakehouse) + "."
-        elif "avro" in kinds:
-            hint = (
-                "The datafusion 55 wheel cannot serialise the Avro scans of tables it makes "
-                "itself (CREATE EXTERNAL TABLE ... STORED AS AVRO, or Avro files with "
-                "partition columns or on an object store); register local Avro files with "
-                "ctx.register_avro(name, path) (or ctx.read_avro(path)) to read them on the "
-                "workers, or run the query single-node with ctx.sql(...)."
-            )
-        elif "dataset" in kinds:
-            hint = (
-                "pyarrow datasets (register_dataset) other than Parquet, JSON or Arrow IPC "
-                "files on a local or S3 filesystem (CSV datasets among them: pyarrow parses "
-                "CSV otherwise than DataFusion) are scanned by Python in this process and "
-                "cannot be sent to workers; register the files with register_parquet/"
-                "register_csv instead, or run the query single-node with ctx.sql(...)."
-            )
-        elif "delta" in kinds:
-            hint = (
-                "deltalake's own table provider is scanned in this process and cannot be sent "
-                "to workers; register the table with dctx.register_delta(name, table) (or "
-                "datafusion_distributed_py.lakehouse.register_delta) to read it on the workers."
-            )
-        elif "foreign" in kinds:
-            hint = (
-                "a table provider from another library (an FFI provider) is scanned in this "
-                "process and cannot be sent to workers; register its files with "
-                "register_parquet/register_csv (or Delta tables with register_delta) to read "
-                "them on the workers."
-            )
-    # The serialiser's own text (FFI structs, pointers, a bug-report footer) is for debugging.
-    _log.debug("serialising the plan failed: %s", err)
-    return UnsupportedTableError(
-        f"this query cannot be distributed: part of its plan cannot be sent to workers{where}. "
-        f"{hint}"
-    )
-
-
-def _scanned_tables(plan: LogicalPlan) -> dict[str, str]:
-    """Each table ``plan`` scans: its name as written -> a quoted reference for ``ctx.table``."""
-    tables: dict[str, str] = {}
-    pending = [plan]
-    while pending:
-        node = pending.pop()
-        variant = node.to_variant()
-        if isinstance(variant, TableScan):
-            parts: tuple[str | None, ...] = variant.fqn()
-            quoted = ['"' + p.replace('"', '""') + '"' for p in parts if p is not None]
-            tables.setdefault(str(variant.table_name()), ".".join(quoted))
-        pending.extend(reversed(node.inputs()))
-    return tables
-
-
-def _serialises(ctx: SessionContext, table: str) -> bool:
-    """True when a plain scan of ``table`` serialises (it can travel to workers)."""
-    try:
-        ctx.table(table).execution_plan().to_bytes(ctx)
-    except Exception:  # datafusion raises plain Exception subclasses
-        return False
-    return True
-
-
-def _scan_kinds(ctx: SessionContext, table: str) -> set[str]:
-    """``"dataset"`` and/or ``"avro"`` when ``table``'s scan is a pyarrow dataset or an Avro
-    file scan.
-
-    datafusion-python 55 exposes no typed way to tell: ``Table.kind`` only tells tables from
-    views, and an ``ExecutionPlan`` has no node type. So this reads each node's own one-line
-    display (``"Name: details"``), the narrowest text there is, never an error message.
-    """
-    kinds: set[str] = set()
-    try:
-        pending: list[ExecutionPlan] = [ctx.table(table).execution_plan()]
-    except Exception:  # datafusion raises plain Exception subclasses
-        return kinds
-    while pending:
-        node = pending.pop()
-        name, _, details = node.display().partition(":")
-        if name.strip() == "DatasetExec":
-            kinds.add("dataset")
-        elif name.strip() in ("ForeignExecutionPlan", "FFI_ExecutionPlan"):
-            kinds.add("delta" if "Delta" in details else "foreign")
-        elif name.strip() == "DataSourceExec" and "file_type=avro" in details:
-            kinds.add("avro")
-        pending.extend(node.children())
-    return kinds

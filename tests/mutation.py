@@ -34,6 +34,14 @@ REASON = "the test suite's mutation run forces every query to run single-node"
 #: A whole module is named with "*".
 INDEPENDENT: dict[str, dict[str, str]] = {
     "test_package.py": {"*": "the package's layout, modules and build, not its queries"},
+    "test_patches.py": {"*": "what importing the package changes in datafusion, no query"},
+    "test_frame_methods.py": {
+        "test_every_public_method_is_classified": "the table of methods, no query",
+        "test_each_handling_is_what_the_frames_do": "the table against the method sets",
+    },
+    "test_plan_request.py": {
+        "test_every_entry_point_takes_the_one_request": "the core's signatures, no query",
+    },
     "test_cluster.py": {
         "test_local_cluster_runs_setup_in_each_worker": "a cluster's start, no query",
         "test_bad_setup_fails_cluster_start_with_the_log": "a cluster's start, no query",
@@ -120,15 +128,15 @@ def _listed(item: pytest.Item) -> bool:
 
 def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every query of every ``DistributedContext`` refuse distribution: whatever the
-    core is asked to run (a query, a result or table to keep on the workers) starts from
-    ``_settings``."""
+    core is asked to run (a query, a result or table to keep on the workers) is made by
+    ``_request_for``."""
     from datafusion_distributed_py.context import DistributedContext
     from datafusion_distributed_py.errors import UnsupportedPlanError
 
-    def refuse(self: Any, feed: Any) -> Any:
+    def refuse(self: Any, *args: Any) -> Any:
         raise UnsupportedPlanError(REASON)
 
-    monkeypatch.setattr(DistributedContext, "_settings", refuse)
+    monkeypatch.setattr(DistributedContext, "_request_for", refuse)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -120,4 +120,5 @@ def test_the_display_drops_the_rest_of_the_run(clean_formatter):
     df = dctx.sql("SELECT counted(k) AS k FROM t")
     configure_formatter(max_rows=10, min_rows=10)
     assert rows_shown(df._repr_html_()) == 10
+    assert ran_on(df) == "workers"
     assert 0 < sum(seen) < 100_000, sum(seen)
