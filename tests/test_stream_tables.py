@@ -12,12 +12,7 @@ from pathlib import Path
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import (
-    DistributedConfig,
-    DistributedContext,
-    LocalCluster,
-    UnsupportedTableError,
-)
+from datafusion_distributed_py import DistributedConfig, DistributedContext, UnsupportedTableError
 from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
 
 STRICT = DistributedConfig(fallback="error")
@@ -49,25 +44,14 @@ def create(name: str, path: Path | str, columns: str = "a INT, b INT, c INT") ->
     )
 
 
-@pytest.fixture(scope="module")
-def cluster() -> object:
-    with LocalCluster(2) as c:
-        yield c
-
-
-@pytest.fixture(params=["embedded", "workers"])
-def kind(request: pytest.FixtureRequest) -> LocalCluster | None:
-    return request.getfixturevalue("cluster") if request.param == "workers" else None
-
-
 @pytest.mark.parametrize("query", list(QUERIES))
-def test_queries_over_an_unbounded_table_run_on_the_workers(tmp_path, kind, query):
+def test_queries_over_an_unbounded_table_run_on_the_workers(tmp_path, workers, query):
     ctx = SessionContext()
     ctx.sql(create("s", write_csv(tmp_path / "s.csv")))
     # Single-node keeps the wheel's own table and plans as it did.
     assert ctx.table("s").execution_plan().display().startswith("StreamingTableExec:")
     expected = ctx.sql(QUERIES[query]).to_arrow_table()
-    dctx = DistributedContext(ctx, workers=kind, config=STRICT, progress=False)
+    dctx = DistributedContext(ctx, workers=workers, config=STRICT, progress=False)
     df = dctx.sql(QUERIES[query])
     got = df.to_arrow_table()
     assert_same_rows(got, expected, ordered=False)
@@ -92,10 +76,10 @@ def test_a_json_table_and_a_relative_location(tmp_path, cluster, monkeypatch):
     assert_ran_on_workers(df, dctx, stages=False)
 
 
-def test_a_table_made_again_is_read_from_its_new_file(tmp_path, kind):
+def test_a_table_made_again_is_read_from_its_new_file(tmp_path, workers):
     ctx = SessionContext()
     ctx.sql(create("s", write_csv(tmp_path / "one.csv")))
-    dctx = DistributedContext(ctx, workers=kind, config=STRICT, progress=False)
+    dctx = DistributedContext(ctx, workers=workers, config=STRICT, progress=False)
     last = "SELECT c FROM s WHERE c % 1000 = 999"
     assert dctx.sql(last).to_pylist() == [{"c": 999}, {"c": 1999}]
     # Made again over another file (OR REPLACE), then as an ordinary table: each read anew.
@@ -114,7 +98,7 @@ def test_a_table_made_again_is_read_from_its_new_file(tmp_path, kind):
     assert dctx.sql(last).to_pylist() == [{"c": 50_999}]
 
 
-def test_two_tables_showing_the_same_columns_are_refused_not_mixed_up(tmp_path, kind):
+def test_two_tables_showing_the_same_columns_are_refused_not_mixed_up(tmp_path, workers):
     """The scans of two unbounded tables with the same columns cannot be told apart from what
     the serialiser shows: the query is refused on the workers (or answered single-node), never
     read from the other table's file."""
@@ -127,10 +111,10 @@ def test_two_tables_showing_the_same_columns_are_refused_not_mixed_up(tmp_path, 
     )
     expected = sorted(ctx.sql(query).to_pylist(), key=lambda r: r["s_c"])
     assert expected == [{"s_c": c, "t_c": c + 100_000} for c in range(0, ROWS, 400)]
-    strict = DistributedContext(ctx, workers=kind, config=STRICT, progress=False)
+    strict = DistributedContext(ctx, workers=workers, config=STRICT, progress=False)
     with pytest.raises(UnsupportedTableError, match="cannot be distributed"):
         strict.sql(query).collect()
-    lenient = DistributedContext(ctx, workers=kind, progress=False)
+    lenient = DistributedContext(ctx, workers=workers, progress=False)
     assert sorted(lenient.sql(query).to_pylist(), key=lambda r: r["s_c"]) == expected
     # Each alone, or both when their columns differ, run on the workers.
     ctx.sql(create("u", write_csv(tmp_path / "u.csv", offset=7), "a INT, b INT, d INT"))
