@@ -88,7 +88,7 @@ class LocalCluster:
         dashboard: bool = False,
         _report_versions: list[str | None] | None = None,
     ) -> None:
-        from datafusion_distributed_py.context import default_worker_count
+        from datafusion_distributed_py.cluster_wiring import default_worker_count
 
         n = default_worker_count() if n_workers is None else n_workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:

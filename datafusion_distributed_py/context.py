@@ -8,9 +8,9 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
 from datafusion import DataFrame, SessionContext
@@ -19,6 +19,11 @@ from datafusion.unparser import Dialect, Unparser
 
 from datafusion_distributed_py import _internal, kept_dml, object_stores, stream_tables
 from datafusion_distributed_py import progress as progress_mod
+from datafusion_distributed_py.cluster_wiring import (
+    Workers,
+    coordinator_for,
+    security_for,
+)
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dashboard import Dashboard
 from datafusion_distributed_py.dataframe import (
@@ -50,37 +55,9 @@ from datafusion_distributed_py.plan_facts import (
 from datafusion_distributed_py.plan_picture import ExplainedPlan
 from datafusion_distributed_py.plan_request import PlanRequest
 from datafusion_distributed_py.progress import ProgressCallback
-from datafusion_distributed_py.resolvers import ClusterUrls
 from datafusion_distributed_py.security import Security
-from datafusion_distributed_py.session_runtime import runtime_budget
 from datafusion_distributed_py.status import ClusterStatus
 from datafusion_distributed_py.write_options import Copy
-
-
-@runtime_checkable
-class HasUrl(Protocol):
-    """A worker that stands for its URL, such as a started :class:`Worker`."""
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the worker."""
-        ...
-
-
-@runtime_checkable
-class HasUrls(Protocol):
-    """A set of workers that stands for their URLs, such as a :class:`LocalCluster`."""
-
-    @property
-    def urls(self) -> Sequence[str]:
-        """``http://host:port`` of each worker."""
-        ...
-
-
-#: What ``workers=`` accepts: None (embedded cluster), URL strings (or started ``Worker``s),
-#: an object with ``.urls`` (such as ``LocalCluster``), or a callable returning URL strings at
-#: each query's planning.
-Workers = Sequence[str | HasUrl] | HasUrls | Callable[[], Sequence[str]] | None
 
 
 class MetricsRecord(TypedDict):
@@ -123,11 +100,6 @@ WIRE_CODEC_ID = _internal.WIRE_CODEC_ID
 #: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
 #: notebook, ``notebook.py``).
 METRICS_MARK = b"datafusion_distributed_py"
-
-
-def default_worker_count() -> int:
-    """Workers of the embedded cluster: one per CPU, at least 2."""
-    return max(2, os.cpu_count() or 2)
 
 
 def _frame_maker(name: str) -> Callable[..., DataFrame]:
@@ -203,8 +175,8 @@ class DistributedContext:
         self._config = config or DistributedConfig()
         self._workers = workers
         self._progress = progress_mod.resolve(progress)
-        self._security = _security_for(workers, security)
-        self._coordinator = _coordinator_for(workers, self._security, ctx)
+        self._security = security_for(workers, security)
+        self._coordinator = coordinator_for(workers, self._security, ctx)
         #: Tables found not to be in memory, by reference, with the schema they had then.
         self._not_in_memory: dict[str, pa.Schema] = {}
 
@@ -823,62 +795,6 @@ def _spool_dir(config: DistributedConfig) -> str | None:
 def _sql_str(text: str) -> str:
     """``text`` inside a SQL string literal."""
     return text.replace("'", "''")
-
-
-def _security_for(workers: Workers, security: Security | None) -> Security | None:
-    """The security to reach ``workers`` with: the one given, else the cluster's own (a
-    ``LocalCluster`` makes a token), else the ``DFDPY_*`` environment variables."""
-    if security is not None:
-        if not isinstance(security, Security):
-            raise TypeError(f"security must be a Security, got {type(security).__name__}")
-        return security
-    # A LocalCluster (or a started Worker, or a list of them) carries its own.
-    members = workers if isinstance(workers, (list, tuple)) else [workers]
-    owned = {id(s): s for s in (getattr(m, "security", None) for m in members)}
-    if len(owned) == 1:
-        (own,) = owned.values()
-        if isinstance(own, Security):
-            return own
-    return Security.from_env()
-
-
-def _coordinator_for(
-    workers: Workers, security: Security | None, ctx: SessionContext
-) -> _internal.Coordinator:
-    core = security._to_core() if security is not None else None
-    if workers is None:
-        # The embedded cluster's tasks run in this process: bounded as ctx's own queries are.
-        # Under a bounded pool, one worker: each stage's task runs single-node's partitions,
-        # so the pool holds as many operators at once as single-node's (with a worker per
-        # CPU it held that many times more, and ran out where single-node fits).
-        budget = runtime_budget(ctx)
-        return _internal.Coordinator.embedded(
-            default_worker_count() if budget.memory_limit is None else 1,
-            memory_limit=budget.memory_limit,
-            spill_dirs=budget.spill_dirs,
-            max_spill_bytes=budget.max_spill_bytes,
-        )
-    if isinstance(workers, str):
-        raise TypeError("workers must be a list of URLs, not a single string; wrap it in [...]")
-    if callable(workers):
-        return _internal.Coordinator.remote(workers, core)
-    if isinstance(workers, HasUrls):
-        # Asked at each planning: a LocalCluster replaces workers that die.
-        return _internal.Coordinator.remote(ClusterUrls(workers), core)
-    if isinstance(workers, (list, tuple)):
-        if not workers:
-            raise ValueError("workers=[] names no workers; pass None for the embedded cluster")
-        urls: list[str] = []
-        for worker in workers:
-            url = worker.url if isinstance(worker, HasUrl) else worker  # a started Worker
-            if not isinstance(url, str):
-                raise TypeError(f"worker URLs must be strings, got {type(url).__name__}")
-            urls.append(url)
-        return _internal.Coordinator.remote(urls, core)
-    raise TypeError(
-        "workers must be None, a list of URLs, a LocalCluster or a callable returning URLs; "
-        f"got {type(workers).__name__}"
-    )
 
 
 def _describe(df: DataFrame) -> str:

@@ -12,9 +12,7 @@ use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
 use super::request::Request;
 use super::security::SecuritySpec;
-use crate::coordinator::{
-    ClusterPlanner, DistributedTable, InsertProvider, ProgressSink, ProgressUpdate,
-};
+use crate::coordinator::{ClusterPlanner, DistributedTable, InsertProvider};
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
 use crate::runtime;
 use crate::security::Security;
@@ -209,22 +207,5 @@ impl ListWorkers for PythonResolver {
             }
         })
         .unwrap_or(0)
-    }
-}
-
-/// The user's progress callback, called `(stage, done, total, worker_url, attempt, kind, rows,
-/// eta_s)` (`progress.to_rust` turns those into `ProgressEvent`s).
-pub(super) struct PythonProgress(pub(super) Py<PyAny>);
-
-impl ProgressSink for PythonProgress {
-    fn update(&self, u: ProgressUpdate<'_>) {
-        crate::runtime::interpreter::attach(|py| {
-            let args = (
-                u.stage, u.done, u.total, u.worker, u.attempt, u.kind, u.rows, u.eta_s,
-            );
-            if let Err(e) = self.0.call1(py, args) {
-                log::warn!("progress callback failed: {e}");
-            }
-        });
     }
 }

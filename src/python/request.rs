@@ -10,9 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::capsule::{import_session_codec, session_functions, session_settings};
-use super::coordinator::PythonProgress;
 use super::errors::to_py_err;
-use crate::coordinator::{PlanRequest, ProgressSink, Role};
+use crate::coordinator::{PlanRequest, ProgressSink, ProgressUpdate, Role};
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
 
@@ -111,5 +110,22 @@ impl Request {
             keep_as: None,
             spool_dir: self.spool_dir.map(std::path::PathBuf::from),
         })
+    }
+}
+
+/// The user's progress callback, called `(stage, done, total, worker_url, attempt, kind, rows,
+/// eta_s)` (`progress.to_rust` turns those into `ProgressEvent`s).
+struct PythonProgress(Py<PyAny>);
+
+impl ProgressSink for PythonProgress {
+    fn update(&self, u: ProgressUpdate<'_>) {
+        crate::runtime::interpreter::attach(|py| {
+            let args = (
+                u.stage, u.done, u.total, u.worker, u.attempt, u.kind, u.rows, u.eta_s,
+            );
+            if let Err(e) = self.0.call1(py, args) {
+                log::warn!("progress callback failed: {e}");
+            }
+        });
     }
 }
