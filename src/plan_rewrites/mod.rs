@@ -57,7 +57,7 @@ mod tests {
 
     use super::{
         compressed_scans, cooperative, generate_series, one_partition_scans, parallel_writes,
-        scan_filters, window_sorts, window_topn,
+        recursive_queries, scan_filters, unique_names, window_sorts, window_topn,
     };
 
     fn session() -> SessionContext {
@@ -442,5 +442,60 @@ mod tests {
         let count =
             |batches: &Vec<RecordBatch>| batches.iter().map(|b| b.num_rows()).sum::<usize>();
         assert_eq!(count(&a), count(&b));
+    }
+
+    #[tokio::test]
+    async fn repeated_names_get_distinct_ones_and_the_rows_stay() {
+        let ctx = session();
+        let join = physical(&ctx, "SELECT * FROM t x JOIN t y ON x.a = y.a").await;
+        let names = |p: &Arc<dyn ExecutionPlan>| {
+            p.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&join), ["a", "b", "a", "b"]);
+        let renamed = unique_names::rename_repeated(Arc::clone(&join)).unwrap();
+        assert_eq!(names(&renamed), ["a", "b", "a#2", "b#2"]);
+        let task = ctx.task_ctx();
+        let (before, after) = (
+            collect(join, Arc::clone(&task)).await.unwrap(),
+            collect(renamed, task).await.unwrap(),
+        );
+        let columns = |batches: &Vec<RecordBatch>| {
+            batches
+                .iter()
+                .flat_map(|b| b.columns().to_vec())
+                .collect::<Vec<ArrayRef>>()
+        };
+        assert_eq!(columns(&before), columns(&after));
+        let distinct = physical(&ctx, "SELECT a, b FROM t").await;
+        assert_unchanged(distinct, unique_names::rename_repeated);
+    }
+
+    #[tokio::test]
+    async fn a_recursive_query_is_hidden_whole_and_given_back() {
+        let ctx = session();
+        let sql = "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n WHERE k < 5) \
+                   SELECT n.k, t.b FROM n JOIN t ON n.k = t.a";
+        let plan = physical(&ctx, sql).await;
+        let before = shown(&plan);
+        assert!(before.contains("RecursiveQueryExec"), "{before}");
+        let hidden = recursive_queries::hide_recursive_queries(Arc::clone(&plan)).unwrap();
+        let text = shown(&hidden);
+        // The query is one leaf: nothing of it (its work table, its terms) shows any more;
+        // what reads it (the join, the other table) is left to the planner.
+        assert!(text.contains("InOneTask: RecursiveQueryExec"), "{text}");
+        assert!(
+            !text.contains("WorkTableExec") && text.contains("HashJoinExec"),
+            "{text}"
+        );
+        let revealed = recursive_queries::reveal(hidden).unwrap();
+        assert_eq!(shown(&revealed), before);
+        let rows = collect(revealed, ctx.task_ctx()).await.unwrap();
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+        let plain = physical(&ctx, "SELECT a FROM t").await;
+        assert_unchanged(plain, recursive_queries::hide_recursive_queries);
     }
 }
