@@ -5,7 +5,6 @@ arrive, the rest of the run dropped, as single-node stops its stream."""
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -99,16 +98,14 @@ def test_shown_rows_are_single_nodes(kind, request, clean_formatter):
     assert "Data truncated." in text
 
 
-def test_the_display_drops_the_rest_of_the_run(clean_formatter):
+def test_the_display_drops_the_rest_of_the_run(tmp_path, clean_formatter):
     """The rows past what is shown are not computed: the run is dropped once the formatter
-    has its rows (counted by a function the embedded cluster's workers call in this
-    process)."""
-    seen = []
-    lock = threading.Lock()
+    has its rows (counted by a function that notes each batch it sees in a file)."""
+    seen = tmp_path / "seen.txt"
 
     def count(arr: pa.Array) -> pa.Array:
-        with lock:
-            seen.append(len(arr))
+        with open(seen, "a") as out:  # travels by path: the function is sent to the workers
+            out.write(f"{len(arr)}\n")
         return arr
 
     counted = udf(count, [pa.int64()], pa.int64(), "immutable", name="counted")
@@ -118,7 +115,8 @@ def test_the_display_drops_the_rest_of_the_run(clean_formatter):
     ctx.register_record_batches("t", [batches])
     dctx = DistributedContext(ctx, progress=False)
     df = dctx.sql("SELECT counted(k) AS k FROM t")
+    assert ran_on(df) == "workers"
     configure_formatter(max_rows=10, min_rows=10)
     assert rows_shown(df._repr_html_()) == 10
-    assert ran_on(df) == "workers"
-    assert 0 < sum(seen) < 100_000, sum(seen)
+    counted_rows = sum(int(line) for line in seen.read_text().split())
+    assert 0 < counted_rows < 100_000, counted_rows
