@@ -608,6 +608,9 @@ class DistributedContext:
         (``Coordinator.distribute`` and ``keep``'s arguments)."""
         if not isinstance(df, DataFrame):
             raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
+        # What the core runs with first: refused settings (the test suite's mutation run)
+        # stop the query before anything is planned.
+        request = self._request_for(feed, self._ctx, b"")
         # A DataFrame plans with the settings of its creation: re-create it under ours.
         fresh = self._ctx.create_dataframe_from_logical_plan(df.logical_plan())
         # Planning errors are the query's own: they surface as single-node's would.
@@ -638,7 +641,8 @@ class DistributedContext:
                     self._wire_codec.announce_partial_sorts([])
         except Exception as e:  # datafusion raises plain Exception subclasses
             raise unsupported(self._wire, fresh, e, self._ctx) from e
-        request = self._request_for(feed, wire, plan_bytes)
+        request.plan_bytes = plan_bytes
+        request.codec, request.session = wire.__datafusion_physical_extension_codec__(), wire
         # The logical plan is read (optimised once more) only for what the physical one lacks.
         if facts.reads_text_files or facts.filters_windows:
             logical = optimized(fresh)
