@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from datafusion import SessionContext
+from datafusion import SessionContext, col, lit
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, UnsupportedTableError
 from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
@@ -122,3 +122,20 @@ def test_two_tables_showing_the_same_columns_are_refused_not_mixed_up(tmp_path, 
     df = strict.sql(query)
     assert_same_rows(df.to_arrow_table(), ctx.sql(query).to_arrow_table(), ordered=False)
     assert_ran_on_workers(df, strict, stages=False)
+
+
+def test_the_same_query_built_with_the_dataframe_api(tmp_path, workers):
+    """``dctx.table`` of an unbounded table, a filter and a projection: on the workers, with
+    single-node's rows, as its SQL form."""
+    ctx = SessionContext()
+    ctx.sql(create("s", write_csv(tmp_path / "s.csv")))
+
+    def steps(frame):
+        return frame.filter(col("c") % lit(97) == lit(3)).select(col("a"), col("c"))
+
+    expected = steps(ctx.table("s")).to_arrow_table()
+    dctx = DistributedContext(ctx, workers=workers, config=STRICT, progress=False)
+    df = steps(dctx.table("s"))
+    assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+    assert expected.num_rows > 0
+    assert_ran_on_workers(df, dctx, stages=False)
