@@ -34,7 +34,7 @@ patches.install()
 from datafusion_distributed_py import progress  # noqa: E402
 from datafusion_distributed_py.cluster import LocalCluster  # noqa: E402
 from datafusion_distributed_py.config import DistributedConfig  # noqa: E402
-from datafusion_distributed_py.context import DistributedContext, MetricsRecord  # noqa: E402
+from datafusion_distributed_py.context import DistributedContext  # noqa: E402
 from datafusion_distributed_py.dataframe import ran_on  # noqa: E402
 from datafusion_distributed_py.errors import (  # noqa: E402
     DistributedError,
@@ -47,6 +47,7 @@ from datafusion_distributed_py.progress import ProgressEvent  # noqa: E402
 from datafusion_distributed_py.ray_cluster import RayCluster  # noqa: E402
 from datafusion_distributed_py.resolvers import dns_workers  # noqa: E402
 from datafusion_distributed_py.security import Security  # noqa: E402
+from datafusion_distributed_py.task_metrics import MetricsRecord  # noqa: E402
 
 if TYPE_CHECKING:
     from datafusion_distributed_py.worker import Worker

@@ -274,7 +274,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(out, DataFrame) and not is_ours(out):
             # A frame the method made from this one's result (``describe``, ``cache``):
             # distributed in its turn, so what is derived from it runs on the workers too.
-            return origin.owner._distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
+            return origin.owner.distribute(out, f"{_sql_of(origin)} \u2192 {method.__name__}()")
         if origin.names is not None and direct is None:
             out = _named(out, origin.names)
         return _streams_translated(out, source, origin.names)
@@ -341,7 +341,7 @@ def _derive(df: DataFrame, name: str, method: Callable[..., Any], *args: Any, **
     if not isinstance(out, DataFrame):  # expressions (``col``), plans, views
         return out
     derived = _pending_frame(_Pending(out, owner, f"{sql} \u2192 {name}()"))
-    if owner._plans_at_once():  # strict: a refusal is raised where the step is written
+    if owner.plans_at_once():  # strict: a refusal is raised where the step is written
         origin_of(derived)
     return derived
 
@@ -390,7 +390,7 @@ def _cache(df: DataFrame) -> DataFrame:
     twin, owner, sql = _lineage_of(df)
     if _repeats_names(twin):  # single-node cannot keep it either: its error, as it gives it
         return _single_node_refusal(twin, DataFrame.cache)  # type: ignore[no-any-return]
-    return owner._cache(twin, sql)
+    return owner.cache(twin, sql)
 
 
 def _repeats_names(df: DataFrame) -> bool:
@@ -590,7 +590,7 @@ def _write(
     if copy is None:
         return _ON_FRAME[name](df, path, *args, **kwargs)  # type: ignore[no-any-return]
     try:
-        owner._copy(copy, str(path), stored_as)
+        owner.copy(copy, str(path), stored_as)
     except UnsupportedPlanError as e:
         _log.warning("this write runs on the coordinator, single-node: %s", e)
         return getattr(DataFrame, name)(twin, path, *args, **kwargs)  # type: ignore[no-any-return]
@@ -791,15 +791,24 @@ _WRAPPED: dict[str, Callable[..., Any]] = {
 
 
 class Distributor(Protocol):
-    """What distributes the frames derived from a returned frame (a ``DistributedContext``)."""
+    """The frames' way back to the ``DistributedContext`` that returned them: how a step on a
+    frame is planned, written or cached (``context._Frames``)."""
 
-    def _distribute(self, df: DataFrame, sql: str) -> DataFrame: ...
+    def distribute(self, df: DataFrame, sql: str) -> DataFrame:
+        """``df`` planned distributed now; ``sql`` names it in progress and status."""
+        ...
 
-    def _plans_at_once(self) -> bool: ...
+    def plans_at_once(self) -> bool:
+        """Whether steps are planned where written (``fallback="error"``), not when run."""
+        ...
 
-    def _copy(self, copy: write_options.Copy, path: str, stored_as: str) -> None: ...
+    def copy(self, copy: write_options.Copy, path: str, stored_as: str) -> None:
+        """``copy``'s rows written to ``path`` by a distributed ``COPY``."""
+        ...
 
-    def _cache(self, df: DataFrame, sql: str) -> DataFrame: ...
+    def cache(self, df: DataFrame, sql: str) -> DataFrame:
+        """``df``'s result kept on the workers, and a frame reading it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -920,7 +929,7 @@ def _plan_pending(df: DataFrame) -> None:
         if pending is None:  # planned meanwhile by another thread
             return
         with _AsSingleNode():
-            planned = pending.owner._distribute(pending.twin, pending.sql)
+            planned = pending.owner.distribute(pending.twin, pending.sql)
         df.__dict__["df"] = planned.__dict__["df"]
         df.__dict__["_dfdpy_origin"] = planned.__dict__["_dfdpy_origin"]
         del df.__dict__["_dfdpy_pending"]

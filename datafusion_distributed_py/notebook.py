@@ -17,7 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from datafusion_distributed_py.context import METRICS_MARK, DistributedContext
+from datafusion_distributed_py.context import DistributedContext
+from datafusion_distributed_py.task_metrics import METRICS_MARK
 
 _OUT = re.compile(r"\s*(?:-o|--out)\s+([A-Za-z_]\w*)(?=\s|$)")
 _WORD = re.compile(r"\s*([A-Za-z_]\w*)(?=\s|$)")

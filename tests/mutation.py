@@ -129,14 +129,14 @@ def _listed(item: pytest.Item) -> bool:
 def force_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every query of every ``DistributedContext`` refuse distribution: whatever the
     core is asked to run (a query, a result or table to keep on the workers) is made by
-    ``_request_for``."""
-    from datafusion_distributed_py.context import DistributedContext
+    ``planning.request_for``."""
+    from datafusion_distributed_py import planning
     from datafusion_distributed_py.errors import UnsupportedPlanError
 
-    def refuse(self: Any, *args: Any) -> Any:
+    def refuse(*args: Any) -> Any:
         raise UnsupportedPlanError(REASON)
 
-    monkeypatch.setattr(DistributedContext, "_request_for", refuse)
+    monkeypatch.setattr(planning, "request_for", refuse)
 
 
 @pytest.fixture(autouse=True, scope="session")

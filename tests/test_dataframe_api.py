@@ -421,7 +421,7 @@ def test_plans_and_explain_are_the_querys_own(ctx, dctx, capsys):
 def plans(dctx: DistributedContext, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Grows by one each time ``dctx`` plans a query distributed (its core's ``distribute``)."""
     made: list[int] = []
-    core = dctx._coordinator
+    core = dctx._engine.coordinator
 
     class Counting:
         def __getattr__(self, name: str) -> object:
@@ -431,7 +431,7 @@ def plans(dctx: DistributedContext, monkeypatch: pytest.MonkeyPatch) -> list[int
             made.append(1)
             return core.distribute(*args, **kwargs)
 
-    monkeypatch.setattr(dctx, "_coordinator", Counting())
+    monkeypatch.setattr(dctx._engine, "coordinator", Counting())
     return made
 
 

@@ -379,7 +379,8 @@ def test_a_kept_scan_reaches_the_core_in_the_envelope_the_core_reads_directly() 
     ctx = SessionContext()
     dctx = DistributedContext(ctx, progress=False)
     dctx.sql("CREATE TABLE kept AS VALUES (1), (2)")
-    plan_bytes = ctx.sql("SELECT count(*) FROM kept").execution_plan().to_bytes(dctx._wire)
+    wire = dctx._engine.wire.session
+    plan_bytes = ctx.sql("SELECT count(*) FROM kept").execution_plan().to_bytes(wire)
     codec_id = _internal.WIRE_CODEC_ID.encode()
     envelope = b"DFPYCHN\x01" + len(codec_id).to_bytes(4, "little") + codec_id
     assert envelope + b"dfdpy.kept-scan:" in plan_bytes

@@ -1,0 +1,73 @@
+"""``DistributedContext.metrics``: one record per task of a frame's latest run."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+import pyarrow as pa
+from datafusion import DataFrame
+
+from datafusion_distributed_py.dataframe import Fallback, latest_run
+
+#: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
+#: notebook, ``notebook.py``).
+METRICS_MARK = b"datafusion_distributed_py"
+
+
+class MetricsRecord(TypedDict):
+    """One task of a query's latest run, as :meth:`DistributedContext.metrics` lists them.
+
+    Attributes:
+        stage: stage number (as in ``explain``).
+        task: task number within the stage.
+        tasks_in_stage: tasks of the stage.
+        worker_url: the worker the task ran on.
+        output_rows: rows the task produced (None if its worker reported no metrics).
+        output_bytes: bytes the task produced (None likewise).
+        elapsed_compute_ms: compute time of the task (None likewise).
+        duration_ms: from sending the task to its end (None if its end was not seen).
+        ran_on: ``"workers"``; ``"coordinator"`` for the one record of a query that could not
+            be distributed and ran single-node (see ``DistributedConfig.fallback``).
+        attempt: the run of the query the task belongs to: 1, or more when a lost worker
+            made the query run again (the earlier runs' tasks are listed too).
+        spill_count: spill files the task's operators wrote (memory limit reached).
+        spilled_bytes: bytes they spilled.
+    """
+
+    stage: int
+    task: int
+    tasks_in_stage: int
+    worker_url: str
+    output_rows: int | None
+    output_bytes: int | None
+    elapsed_compute_ms: float | None
+    duration_ms: float | None
+    ran_on: Literal["workers", "coordinator"]
+    attempt: int
+    spill_count: int | None
+    spilled_bytes: int | None
+
+
+def task_records(df: DataFrame) -> list[MetricsRecord]:
+    """The records of ``df``'s latest run; raises ``ValueError`` for a frame no
+    ``DistributedContext`` returned."""
+    source = latest_run(df)
+    if source is None:
+        raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
+    if isinstance(source, Fallback):
+        return [
+            MetricsRecord(
+                stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
+                output_rows=None, output_bytes=None, elapsed_compute_ms=None,
+                duration_ms=None, ran_on="coordinator", attempt=1, spill_count=None,
+                spilled_bytes=None,
+            )
+        ]  # fmt: skip
+    records: list[MetricsRecord] = source.task_metrics()
+    return records
+
+
+def task_table(df: DataFrame) -> pa.Table:
+    """:func:`task_records` as a pyarrow Table, marked for the notebook's HTML."""
+    table = pa.Table.from_pylist(task_records(df))
+    return table.replace_schema_metadata({METRICS_MARK: b"metrics_table"})
