@@ -10,12 +10,13 @@ import types
 from datafusion import DataFrame, SessionContext, col
 
 from datafusion_distributed_py import DistributedContext, dataframe
+from datafusion_distributed_py.dataframe import running, terminals
 from datafusion_distributed_py.frame_methods import METHODS, Handling, names
 
 
 def _public() -> dict[str, types.FunctionType]:
     # datafusion's own methods, as the package read them before wrapping any.
-    return dict(dataframe._PUBLIC)
+    return dict(running.PUBLIC)
 
 
 def test_every_public_method_is_classified():
@@ -26,9 +27,9 @@ def test_every_public_method_is_classified():
 
 
 def test_each_handling_is_what_the_frames_do():
-    assert names(Handling.DISTRIBUTED) == set(dataframe._COMPOSED)
-    assert names(Handling.ON_RESULT) == dataframe._ON_RESULT
-    assert set(dataframe._STEPS) == names(Handling.STEP) | names(Handling.TWIN)
+    assert names(Handling.DISTRIBUTED) == set(terminals.COMPOSED)
+    assert names(Handling.ON_RESULT) == running.ON_RESULT
+    assert set(running.STEPS) == names(Handling.STEP) | names(Handling.TWIN)
     for name in names(Handling.STEP):
         returns = inspect.signature(_public()[name]).return_annotation
         assert returns in ("DataFrame", DataFrame), (name, returns)
