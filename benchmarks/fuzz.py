@@ -1,4 +1,4 @@
-"""Random queries (tests/test_fuzz.py's strategies), distributed vs single-node, on the
+"""Random queries (tests/queries/test_fuzz.py's strategies), distributed vs single-node, on the
 embedded cluster and on LocalCluster(2) worker processes.
 
     python -m benchmarks.fuzz --examples 500
@@ -22,7 +22,7 @@ from hypothesis.errors import NonInteractiveExampleWarning
 from datafusion_distributed_py import DistributedContext, LocalCluster
 from harness.differential import Outcome, compare
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "queries"))
 from test_fuzz import QUERIES, session  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"

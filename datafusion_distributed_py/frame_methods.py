@@ -1,7 +1,7 @@
 """Every public method of ``datafusion.DataFrame``, and what a frame this package returned
 does with it: one table, decided method by method.
 
-A method a new ``datafusion`` release adds is in no row: ``tests/test_frame_methods.py``
+A method a new ``datafusion`` release adds is in no row: ``tests/dataframe/test_frame_methods.py``
 fails until it is given one, and until then a distributed frame runs it on its distributed
 result as it is (the answer single-node's, the work on the coordinator).
 

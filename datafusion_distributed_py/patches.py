@@ -4,7 +4,7 @@ Each :class:`Patch` names the members it replaces and why: what datafusion-pytho
 does in this process only) that a distributed query needs. The replacements are built by
 the modules that own the work, from datafusion's own members, and put in place once by
 :func:`install` (``import datafusion_distributed_py`` calls it); no module changes datafusion
-otherwise. ``tests/test_patches.py`` pins the list against what an import really changes.
+otherwise. ``tests/house/test_patches.py`` pins the list against what an import really changes.
 
 Example:
     >>> import datafusion

@@ -28,7 +28,7 @@ SPLIT_CONFIG = DistributedConfig(file_scan_config_bytes_per_partition=16 * 1024)
 
 
 #: What a fallback reason shown to a person must never hold: Rust structs printed whole (FFI
-#: function pointers) or DataFusion's request for a bug report (issue 30).
+#: function pointers) or DataFusion's request for a bug report.
 RAW_TEXT = re.compile(r"FFI_ExecutionPlan|ForeignExecutionPlan \{|0x[0-9a-f]{8,}|bug report")
 
 

@@ -1,4 +1,4 @@
-"""A cluster of separate network hosts (issue 29): a coordinator host and three worker hosts,
+"""A cluster of separate network hosts: a coordinator host and three worker hosts,
 each a Linux network namespace with its own address from 198.18.0.0/24, joined by a bridge,
 links capped at 1 Gbit/s. Workers are started by the CLI as the README's "Running on a
 cluster" and docs/security.md say; the coordinator's program (``driver.py``) runs on its own
@@ -217,7 +217,7 @@ def test_a_worker_host_lost_after_rows_flowed_costs_a_run(
 ):
     """Rows of the query had reached the coordinator when the host was lost: the result was
     not handed on yet, so the query runs again on the survivors and answers single-node's
-    rows (issue 53), where it used to fail — read whole each way, and with task-level
+    rows, where it used to fail — read whole each way, and with task-level
     recovery (the hosts share this machine's filesystem, so the spool is shared)."""
     cluster = cluster_of("token")
     config = {"file_scan_config_bytes_per_partition": 1, "fault_tolerance": recovery}

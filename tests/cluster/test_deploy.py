@@ -28,7 +28,7 @@ from harness import tpch
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow
 
-DEPLOY = Path(__file__).parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 #: Ray nodes on loopback only: tests never send traffic to this machine's other addresses.
 #: Without a cluster-wide setting, Ray (its nodes, GCS, `get_node_ip_address`) then uses
 #: 127.0.0.1; set before Ray starts any process, which inherits it.

@@ -1,4 +1,4 @@
-"""Kept tables are storage (issue 52): no row lost on INSERT, whatever the input's shape;
+"""Kept tables are storage: no row lost on INSERT, whatever the input's shape;
 every kept table takes INSERT on both cluster kinds; a reader sees whole statements; a failed
 INSERT changes nothing; and a seeded differential run of hundreds of DML statements matches
 single-node after every statement.

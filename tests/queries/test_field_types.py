@@ -1,4 +1,4 @@
-"""What a field carries besides its type reaches the workers (issue 39): field metadata set in
+"""What a field carries besides its type reaches the workers: field metadata set in
 a projection and read later in the same plan, and extension types (``arrow.uuid``, carried as
 field metadata) as Python UDFs on the workers receive them. Both cluster kinds; frames made
 with the DataFrame API through ``dctx.distribute`` and by ``dctx.table``."""

@@ -1,5 +1,5 @@
 """A returned frame behaves as single-node's in what programs do with it besides reading its
-rows (issue 32): its plans and what is built on them, and the notebook formatter's early
+rows: its plans and what is built on them, and the notebook formatter's early
 stop. Both cluster kinds; each compared with the single-node frame of the same query."""
 
 from __future__ import annotations

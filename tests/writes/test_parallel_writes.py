@@ -1,4 +1,4 @@
-"""Writes from every worker (issue 28): ``COPY ... TO`` and ``INSERT INTO`` a listing table
+"""Writes from every worker: ``COPY ... TO`` and ``INSERT INTO`` a listing table
 write their files from each task of the last stage; the coordinator receives only counts.
 Each case against single-node's write of the same query, on both cluster kinds."""
 
@@ -277,7 +277,7 @@ def _settle(target: Path, seconds: float = 5.0) -> list[str]:
 @pytest.mark.slow
 def test_a_worker_killed_mid_write_runs_it_again_and_writes_each_row_once(data, tmp_path):
     """A worker lost mid-write: the file the other task had staged is dropped with its run,
-    and the write runs again on the workers left (issue 53) — the target holds every row
+    and the write runs again on the workers left — the target holds every row
     once, and nothing of the lost run."""
     target = tmp_path / "out"
     with LocalCluster(2) as cluster:

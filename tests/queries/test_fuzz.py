@@ -152,7 +152,7 @@ def contexts(request: pytest.FixtureRequest):
 
 #: At most this share of the random queries may fall back to single-node (the rest must run
 #: on the workers): today's fallbacks are IGNORE NULLS / FILTER windows, repeated column
-#: names and Float16 literals (issue 40).
+#: names and Float16 literals.
 FALLBACK_BUDGET = 0.6
 #: Per cluster kind: [queries compared, queries that fell back].
 RUNS: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""Lost workers (issue 13): left out at the handshake, a retry instead of a failed query, typed
+"""Lost workers: left out at the handshake, a retry instead of a failed query, typed
 errors naming the worker, a LocalCluster that restarts its dead workers, and memory limits
 that spill instead of killing a worker."""
 
@@ -232,7 +232,7 @@ def test_a_worker_frozen_mid_stream_is_named_as_frozen(tmp_path):
 
 def test_a_staged_write_runs_again_and_leaves_no_file_of_the_lost_run(tpch_dir, tmp_path):
     """A write from every task commits only once every task wrote: a run a lost worker cut
-    short leaves nothing in the target, and the write runs again (issue 53)."""
+    short leaves nothing in the target, and the write runs again."""
     ctx = slow_ctx(tpch_dir)
     out = tmp_path / "out"
     with LocalCluster(3) as cluster:
@@ -278,7 +278,7 @@ def test_local_cluster_restarts_a_dead_worker(ctx):
 def test_local_cluster_works_from_the_projects_own_checkout(tmp_path):
     """Started from a directory holding this project's source tree (whose package has no
     built core), workers still import the installed build."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]
     code = (
         "from datafusion import SessionContext\n"
         "from datafusion_distributed_py import DistributedContext, LocalCluster\n"

@@ -1,4 +1,4 @@
-"""At home in a notebook (issue 31): ``examples/notebook.ipynb`` run through a real Jupyter
+"""At home in a notebook: ``examples/notebook.ipynb`` run through a real Jupyter
 kernel (nbclient + ipykernel) on both cluster kinds — live progress as one HTML block per
 query (no escape codes, no repeated lines), the plan drawn as SVG, ``%%sql`` / ``%sql``,
 and status, metrics and the dashboard as HTML — and the picture checked against the plan."""
@@ -25,7 +25,7 @@ pytest.importorskip("ipykernel")
 #: A real Jupyter kernel per cluster kind: seconds to start, like the browser tests.
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = Path(__file__).parents[1] / "examples" / "notebook.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 SVG = "{http://www.w3.org/2000/svg}"
 
 

@@ -1,4 +1,4 @@
-"""Delta Lake and Iceberg tables on the cluster (issue 30): registered with ``register_delta`` /
+"""Delta Lake and Iceberg tables on the cluster: registered with ``register_delta`` /
 ``register_iceberg``, read on the workers as Parquet scans of exactly the snapshot's files, on
 both cluster kinds, with the rows of the formats' own readers."""
 

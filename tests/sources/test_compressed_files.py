@@ -1,4 +1,4 @@
-"""Compressed CSV and NDJSON tables (issue 32): every codec DataFusion 55 reads, on both
+"""Compressed CSV and NDJSON tables: every codec DataFusion 55 reads, on both
 cluster kinds, with the rows single-node gives; each file is read whole by one task."""
 
 from __future__ import annotations

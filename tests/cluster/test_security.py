@@ -293,7 +293,7 @@ def _tls_files(tmp_path, sec: Security) -> dict[str, str]:
 
 
 def test_plain_tls_workers_trust_each_other_with_the_ca(ctx, tmp_path):
-    """``--tls-cert/--tls-key/--tls-ca`` is TLS without client certificates (issue 29): the
+    """``--tls-cert/--tls-key/--tls-ca`` is TLS without client certificates: the
     coordinator needs only the CA, and workers pull shuffles from each other trusting it."""
     sec = Security.temporary(tls=True)
     files = _tls_files(tmp_path, sec)

@@ -1,4 +1,4 @@
-"""Top-N per group under DataFusion's window top-N rule (issue 56): with
+"""Top-N per group under DataFusion's window top-N rule: with
 ``datafusion.optimizer.enable_window_topn`` on, each form runs on the workers (``fallback=
 "error"``), answers single-node's rows, and keeps each task's top K of each group before rows
 cross the network."""

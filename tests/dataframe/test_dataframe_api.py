@@ -1,4 +1,4 @@
-"""DataFrame-API steps on distributed frames run as one distributed query (issue 27): each
+"""DataFrame-API steps on distributed frames run as one distributed query: each
 family of methods, compared with the same steps single-node, and shown inside the
 distributed plan, on the embedded cluster and on worker processes."""
 

@@ -14,7 +14,7 @@ from harness.differential import run_slt
 #: Part of CI's full run; `pytest -m "not slow"` leaves it out of a developer's loop.
 pytestmark = pytest.mark.slow
 
-CORPUS = Path(__file__).parent / "sqllogictest"
+CORPUS = Path(__file__).parent
 FILES = sorted((CORPUS / "test_files").glob("*.slt"))
 #: Queries of each file answered through the single-node fallback, at most (as last measured:
 #: ``python -m benchmarks.sqllogictest``): a fallback answers right, so without a budget the

@@ -305,7 +305,7 @@ def _interrupt_thread(thread: threading.Thread) -> None:
 @pytest.mark.parametrize("kind", ["embedded", "workers"])
 def test_keyboard_interrupt_reaches_a_query_in_another_thread(tmp_path, kind):
     """Single-node stops at once when a thread running collect() is interrupted; so does a
-    distributed run, and its tasks stop on the workers (issue 32)."""
+    distributed run, and its tasks stop on the workers."""
     for i in range(4):
         pq.write_table(pa.table({"k": [j % 10 for j in range(50_000)]}), tmp_path / f"{i}.parquet")
     ctx = SessionContext()
@@ -397,7 +397,7 @@ def test_orphaned_workers_exit_when_parent_is_killed(tmp_path):
 
 def test_a_cluster_made_in_a_thread_outlives_the_thread(ctx):
     """A web server's or notebook's worker thread may make the cluster and end: the workers
-    live as long as the cluster object and this process (issue 32)."""
+    live as long as the cluster object and this process."""
     made: list[LocalCluster] = []
     maker = threading.Thread(target=lambda: made.append(LocalCluster(2)))
     maker.start()
@@ -530,7 +530,7 @@ def test_console_script_help():
 
 
 def test_examples_localhost_worker_and_distributed_run(tmp_path, tpch_dir):
-    root = os.path.dirname(os.path.dirname(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     workers = [
         subprocess.Popen(
             [sys.executable, os.path.join(root, "examples", "localhost_worker.py"), str(port)],

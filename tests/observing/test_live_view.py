@@ -1,4 +1,4 @@
-"""Watching a cluster work (issue 15): live progress while tasks run, ``status()``, and the
+"""Watching a cluster work: live progress while tasks run, ``status()``, and the
 dashboard page driven in a real headless Chromium."""
 
 from __future__ import annotations

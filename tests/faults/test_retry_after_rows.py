@@ -1,4 +1,4 @@
-"""A worker lost after rows have started flowing (issue 53): whatever has handed no row on yet
+"""A worker lost after rows have started flowing: whatever has handed no row on yet
 (``collect``, ``to_arrow_table``, ``to_pandas``, ``write_parquet``, ``cache()``, ``CREATE
 TABLE AS``...) runs again from the start on the workers left and answers single-node's rows;
 a stream already handed to the user ends with a ``WorkerError`` saying how many rows it had

@@ -1,4 +1,4 @@
-"""Each class of query that once gave another answer than single-node (issue 11), compared
+"""Each class of query that once gave another answer than single-node, compared
 with single-node ``datafusion`` on the embedded cluster and on worker processes."""
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def test_python_window_udf_runs_on_workers(both):
     ],
 )
 def test_repeated_column_names(both, sql):
-    # Run on the workers with single-node's names (tests/test_repeated_names.py: every way
+    # Run on the workers with single-node's names (tests/queries/test_repeated_names.py: every way
     # a result is read).
     assert_same(*both, sql)
 
@@ -282,7 +282,7 @@ def test_unbounded_table_answers(tmp_path: Path):
         "OPTIONS ('format.has_header' 'true')"
     ).collect()
     # An unbounded (streaming) table made by SQL over a local file is read on the workers
-    # (its scan travels as the file it reads: tests/test_stream_tables.py).
+    # (its scan travels as the file it reads: tests/queries/test_stream_tables.py).
     assert_same(ctx, DistributedContext(ctx), "SELECT a, b FROM s WHERE a > 1", None)
 
 

@@ -1,4 +1,4 @@
-"""Kept data stays on the workers (issue 42): ``CREATE TABLE AS``, ``df.cache()`` and
+"""Kept data stays on the workers: ``CREATE TABLE AS``, ``df.cache()`` and
 in-memory tables are sent once and read where they are held, on both cluster kinds; each
 follow-up is compared with the same steps single-node and its plan checked to carry a
 reference, not the rows."""

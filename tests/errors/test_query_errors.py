@@ -1,4 +1,4 @@
-"""A query's own failure on a worker is the query's error, never a dead worker (issue 39): it
+"""A query's own failure on a worker is the query's error, never a dead worker: it
 is not retried, and ``WorkerError`` (a lost worker) is kept for workers that are gone."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Bounded memory: the limits a user sets hold on every process, a query larger than memory
-spills or fails as single-node does, and nothing waits forever (issue 44).
+spills or fails as single-node does, and nothing waits forever.
 
 Every streamed read runs under a stall watchdog: a hang fails the test, it never holds CI.
 """
@@ -72,7 +72,7 @@ def pooled_ctx(data: Path, pool_bytes: int, spill_dir: Path | None = None) -> Se
 
 
 def test_a_sorted_read_whose_partitions_finish_apart_does_not_wait_forever(ctx, cluster):
-    """The hang of issue 44, small: a sort's partitions on a worker reach the coordinator's
+    """The sort hang, small: a sort's partitions on a worker reach the coordinator's
     merge at different times, and the merge needs a batch of each. With one stream per task,
     batches of the partition that came first filled the connection's buffer budget and the
     first batch of the other could never be read. A tiny budget makes that certain here."""
@@ -194,7 +194,7 @@ def test_the_session_s_information_schema_setting_is_left_as_it_was(tpch_dir):
 
 
 @pytest.mark.slow
-def test_issue_44_sort_under_150mb_per_worker_finishes(sf1):
+def test_sort_under_150mb_per_worker_finishes(sf1):
     """The issue's case verbatim: every lineitem column sorted by l_comment, l_orderkey on
     LocalCluster(2, memory_limit="150MB"), read with execute_stream(): it hung with every
     process idle; now it spills and finishes (or would fail naming the resource)."""
@@ -225,7 +225,7 @@ def _peak_rss_mib(mode: str, data: Path, pool: int | None, query: str) -> tuple[
         runtime += f".with_fair_spill_pool({pool})"
     code = f"""
 import resource, sys
-sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 from datafusion_distributed_py import DistributedContext
 from harness import tpch
@@ -264,7 +264,7 @@ SORT_ALL = "SELECT * FROM lineitem ORDER BY l_comment, l_orderkey"
         (300, SORT_ALL, False),
     ],
 )
-def test_issue_44_embedded_cluster_within_single_node_memory(sf1, pool_mb, query, edge):
+def test_embedded_cluster_within_single_node_memory(sf1, pool_mb, query, edge):
     """The issue's sorts with a session pool: the embedded cluster raises where single-node
     raises (it answered before, at 2.3 GiB), and where it answers, the same rows with a peak
     RSS within single-node's + 300 MiB. At the pool's edge either may run out where the other

@@ -1,4 +1,4 @@
-"""Writes of DataFrame-API frames answer as single-node's (issue 39): rows in the order
+"""Writes of DataFrame-API frames answer as single-node's: rows in the order
 ``sort_by`` asks for, whatever else the options say, and writer option errors of single-node's
 type and message, raised at the call. Both cluster kinds; frames passed through
 ``dctx.distribute`` and frames made by ``dctx.table`` / ``dctx.read_*``."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_harness_is_not_in_the_package():
@@ -144,3 +144,19 @@ def assert_acyclic(graph: dict[str, set[str]]) -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
+
+
+def test_tests_live_in_area_folders_named_by_feature():
+    """Every test module is in a folder of its area (``tests/<area>/test_*.py``), and no test
+    module or test is named after an issue number: names say what is tested."""
+    tests = ROOT / "tests"
+    loose = sorted(p.name for p in tests.glob("test_*.py"))
+    assert loose == [], f"test modules outside an area folder: {loose}"
+    modules = sorted(tests.glob("*/test_*.py"))
+    assert len({p.parent.name for p in modules}) >= 8, "too few areas: is the layout gone?"
+    numbered = re.compile(r"(?:issue|bug|gh)_?\d+", re.IGNORECASE)
+    for path in modules:
+        assert not numbered.search(path.stem), path
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                assert not numbered.search(node.name), f"{path.name}::{node.name}"
