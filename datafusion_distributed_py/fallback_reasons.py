@@ -9,12 +9,12 @@ import re
 
 import pyarrow as pa
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
-from datafusion.expr import CopyTo, DmlStatement, TableScan
+from datafusion.expr import CopyTo, DmlStatement
 
 from datafusion_distributed_py import stream_tables
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
 from datafusion_distributed_py.lakehouse.registry import single_node_reason
-from datafusion_distributed_py.plan_facts import optimized
+from datafusion_distributed_py.plan_facts import optimized, scan_nodes
 
 _log = logging.getLogger("datafusion_distributed_py")
 
@@ -179,15 +179,10 @@ def unsupported(
 def scanned_tables(plan: LogicalPlan) -> dict[str, str]:
     """Each table ``plan`` scans: its name as written -> a quoted reference for ``ctx.table``."""
     tables: dict[str, str] = {}
-    pending = [plan]
-    while pending:
-        node = pending.pop()
-        variant = node.to_variant()
-        if isinstance(variant, TableScan):
-            parts: tuple[str | None, ...] = variant.fqn()
-            quoted = ['"' + p.replace('"', '""') + '"' for p in parts if p is not None]
-            tables.setdefault(str(variant.table_name()), ".".join(quoted))
-        pending.extend(reversed(node.inputs()))
+    for _, scan in scan_nodes(plan):
+        parts: tuple[str | None, ...] = scan.fqn()
+        quoted = ['"' + p.replace('"', '""') + '"' for p in parts if p is not None]
+        tables.setdefault(str(scan.table_name()), ".".join(quoted))
     return tables
 
 

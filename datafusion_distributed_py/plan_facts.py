@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from datafusion import DataFrame, ExecutionPlan, LogicalPlan, SessionContext
@@ -162,17 +163,34 @@ def filtered_windows(logical: LogicalPlan) -> list[bytes]:
     return found
 
 
+def scan_nodes(logical: LogicalPlan) -> Iterator[tuple[LogicalPlan, TableScan]]:
+    """Each table scan of ``logical``, depth first with inputs in order: the node and its
+    variant.
+
+    Example:
+        >>> from datafusion import SessionContext
+        >>> ctx = SessionContext()
+        >>> _ = ctx.from_pydict({"a": [1]}, name="t")
+        >>> plan = ctx.sql("SELECT * FROM t JOIN t AS u USING (a)").logical_plan()
+        >>> [str(scan.table_name()) for _, scan in scan_nodes(plan)]
+        ['t', 't']
+    """
+    pending = [logical]
+    while pending:
+        node = pending.pop()
+        variant = node.to_variant()
+        if isinstance(variant, TableScan):
+            yield node, variant
+        pending.extend(reversed(node.inputs()))
+
+
 def table_scans(logical: LogicalPlan) -> list[bytes]:
     """The scans (serialised) of ``logical``'s tables (see :func:`optimized`): the format
     options of CSV and NDJSON tables carry the compression the physical plan's bytes leave
     out, which the core gives back to the scans."""
     scans: list[bytes] = []
-    plans = [logical]
-    while plans:
-        plan = plans.pop()
-        if isinstance(plan.to_variant(), TableScan):
-            # A table with no serialised scan reads no files: nothing to give back.
-            with contextlib.suppress(Exception):
-                scans.append(plan.to_bytes())
-        plans.extend(plan.inputs())
+    for node, _ in scan_nodes(logical):
+        # A table with no serialised scan reads no files: nothing to give back.
+        with contextlib.suppress(Exception):
+            scans.append(node.to_bytes())
     return scans

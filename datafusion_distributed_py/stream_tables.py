@@ -20,9 +20,9 @@ from typing import Any
 
 import datafusion
 from datafusion import LogicalPlan, SessionContext
-from datafusion.expr import TableScan
 
 from datafusion_distributed_py import _internal
+from datafusion_distributed_py.plan_facts import scan_nodes
 
 # Only statements that may create an unbounded table are read again (by DataFusion's parser).
 _MAYBE_UNBOUNDED = re.compile(r"^\s*CREATE\b.*\bUNBOUNDED\b", re.IGNORECASE | re.DOTALL)
@@ -72,16 +72,11 @@ def scanned(ctx: SessionContext, logical: LogicalPlan, stream_scans: int) -> lis
     known = _TABLES.get(ctx, {})
     scans = 0
     specs: dict[str, str] = {}
-    pending = [logical]
-    while pending:
-        node = pending.pop()
-        variant = node.to_variant()
-        if isinstance(variant, TableScan):
-            name = _registered_name(known, variant.fqn())
-            if name is not None:
-                scans += 1
-                specs[name] = known[name]
-        pending.extend(node.inputs())
+    for _, scan in scan_nodes(logical):
+        name = _registered_name(known, scan.fqn())
+        if name is not None:
+            scans += 1
+            specs[name] = known[name]
     if scans != stream_scans or not all(_is_stream_table(ctx, n) for n in specs):
         return None
     return list(specs.values())

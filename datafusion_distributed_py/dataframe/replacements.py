@@ -119,6 +119,7 @@ class _Core:
         df.__dict__["df"] = core
 
 
+@functools.cache  # built once: patches.py reads its names, then installs it
 def replacements() -> dict[str, Any]:
     """What ``patches.install`` puts on ``datafusion.DataFrame``, built from datafusion's own
     members (read when this module loaded): each public method dispatching to ours on a frame
