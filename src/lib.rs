@@ -10,6 +10,7 @@
 //! * [`codec`]: how plans travel: fragment and session codecs.
 //! * [`kept`]: results a user keeps, held by the workers that computed them.
 //! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
+//! * [`operators`]: our own plan nodes, one per file (their encoding is `codec`'s).
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_nodes`]: what every plan node of ours has alike (tree walking and rebuilding).
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
@@ -32,6 +33,7 @@ mod file_stream;
 mod kept;
 mod leaves;
 mod object_stores;
+mod operators;
 mod plan_nodes;
 mod plan_rewrites;
 mod protocol;

@@ -8,10 +8,9 @@
 //! each function's result field is computed again from its arguments, as planning computes
 //! it, and its metadata taken back (in projections, filters and grouping keys, where
 //! functions meet rows). On workers this runs through a marker at each fragment's
-//! root (`MetadataRepair`), which the session codec decodes as the repaired fragment.
+//! root (`operators::MetadataRepair`), which the session codec decodes as the repaired fragment.
 //!
 //! Upstream: datafusion-proto 55.2.0 `PhysicalScalarUdfNode` (no field metadata).
-use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -20,8 +19,9 @@ use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 
+use crate::operators::MetadataRepair;
 use crate::plan_nodes::{decode_marker, encode_marker};
 
 const TAG: &[u8] = b"dfdpy.metadata-repair";
@@ -152,13 +152,9 @@ fn repair(
     repaired.unwrap_or_else(|_| Transformed::no(Arc::clone(expr)))
 }
 
-/// A fragment's root, marked so that whoever decodes it repairs it (see the module).
-#[derive(Debug)]
-pub struct MetadataRepair(Arc<dyn ExecutionPlan>);
-
 /// `fragment` marked for repair on decoding.
 pub fn mark(fragment: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
-    Arc::new(MetadataRepair(fragment))
+    Arc::new(MetadataRepair::new(fragment))
 }
 
 /// Writes `node` if it is the marker.
@@ -173,16 +169,4 @@ pub fn decode(
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
     decode_marker(buf, TAG, inputs, "MetadataRepair")
         .map(|input| input.and_then(super::repair_decoded))
-}
-
-impl DisplayAs for MetadataRepair {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "MetadataRepair")
-    }
-}
-
-impl ExecutionPlan for MetadataRepair {
-    crate::plan_nodes::one_input_node!("MetadataRepair", 0, |_this, input| MetadataRepair(input));
-
-    crate::plan_nodes::runs_as!(0);
 }

@@ -69,9 +69,7 @@ pub use recursive_queries::{
 };
 pub use scan_compression::wrap as wrap_compressed_scans;
 pub use session::{builtins, SessionCodec, SessionFunctions};
-pub use task_merge::MergeTaskPartitions;
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,
     window_exprs,
 };
-pub use write_commit::{Staging, SumCounts};

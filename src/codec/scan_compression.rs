@@ -2,12 +2,12 @@
 //!
 //! A CSV or NDJSON scan's protobuf message has no compression field, so a worker decoded a
 //! gzip scan as plain text. Before a fragment is encoded, each compressed scan is wrapped in a
-//! `ScanCompression` node (the scan as its child, encoded as usual) that the session codec
-//! writes as the compression's name; decoding gives back the scan itself, its compression set.
+//! `ScanCompression` node (`operators::ScanCompression`: the scan as its child, encoded as
+//! usual) that the session codec writes as the compression's name; decoding gives back the
+//! scan itself, its compression set.
 //!
 //! Upstream: datafusion-datasource-csv 55.2.0 `CsvSource::try_from_proto` ("The compression
 //! type is not on the wire"), the same for NDJSON.
-use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -16,20 +16,14 @@ use datafusion::common::{internal_err, Result};
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::operators::ScanCompression;
+use crate::plan_nodes::only;
 
 /// What starts an encoded `ScanCompression` (the session codec's other nodes are datafusion-
 /// python's, which never start so).
-use crate::plan_nodes::only;
-
 const TAG: &[u8] = b"dfdpy.scan-compression:";
-
-#[derive(Debug)]
-pub struct ScanCompression {
-    scan: Arc<dyn ExecutionPlan>,
-    compression: FileCompressionType,
-}
 
 fn compressed(plan: &Arc<dyn ExecutionPlan>) -> Option<FileCompressionType> {
     let scan: &FileScanConfig = plan
@@ -44,10 +38,9 @@ fn compressed(plan: &Arc<dyn ExecutionPlan>) -> Option<FileCompressionType> {
 pub fn wrap(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let wrapped = plan.transform_up(|node| {
         Ok(match compressed(&node) {
-            Some(compression) => Transformed::yes(Arc::new(ScanCompression {
-                scan: node,
-                compression,
-            }) as Arc<dyn ExecutionPlan>),
+            Some(compression) => Transformed::yes(
+                Arc::new(ScanCompression::new(node, compression)) as Arc<dyn ExecutionPlan>,
+            ),
             None => Transformed::no(node),
         })
     })?;
@@ -58,7 +51,7 @@ pub fn wrap(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
 pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result<()>> {
     let node = node.downcast_ref::<ScanCompression>()?;
     buf.extend_from_slice(TAG);
-    buf.extend_from_slice(node.compression.get_variant().to_string().as_bytes());
+    buf.extend_from_slice(node.compression().get_variant().to_string().as_bytes());
     Some(Ok(()))
 }
 
@@ -90,31 +83,6 @@ fn with_compression(
         .with_file_compression_type(compression)
         .build();
     Ok(DataSourceExec::from_data_source(config))
-}
-
-impl DisplayAs for ScanCompression {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "ScanCompression: {}", self.compression.get_variant())
-    }
-}
-
-impl ExecutionPlan for ScanCompression {
-    crate::plan_nodes::one_input_node!("ScanCompression", scan, |this, scan| Self {
-        scan,
-        compression: this.compression,
-    });
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.scan.properties()
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.scan.execute(partition, ctx)
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@
 //!
 //! Upstream: datafusion-proto 55.2.0 `serialize_physical_window_expr` (no filter).
 use std::collections::{BTreeSet, HashMap};
-use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;
@@ -25,21 +24,14 @@ use datafusion::physical_expr::window::{
     PlainAggregateWindowExpr, SlidingAggregateWindowExpr, WindowExpr,
 };
 use datafusion::physical_expr::{create_physical_expr, PhysicalExpr};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::bytes::Serializeable;
 
 use super::lost_modifiers::with_windows_repaired;
+use crate::operators::WindowFilters;
 use crate::plan_nodes::only;
 
 const TAG: &[u8] = b"dfdpy.window-filters";
-
-/// A window node given back the filters of its aggregates: (expression name, filter as
-/// logical expression bytes). Runs as its input.
-#[derive(Debug)]
-pub struct WindowFilters {
-    input: Arc<dyn ExecutionPlan>,
-    filters: Vec<(String, Vec<u8>)>,
-}
 
 /// `expr` (a window aggregate) with `filter`; None for other window expressions.
 fn with_filter(
@@ -94,10 +86,7 @@ fn wrapped(
             held.push((expr.name().to_string(), filter.to_bytes()?.to_vec()));
         }
     }
-    Ok(Some(Arc::new(WindowFilters {
-        input: given,
-        filters: held,
-    })))
+    Ok(Some(Arc::new(WindowFilters::new(given, held))))
 }
 
 /// `plan` (decoded from datafusion-python's bytes) with the filters of `window_exprs` (the
@@ -156,7 +145,7 @@ pub fn filtered_windows(plan: &Arc<dyn ExecutionPlan>) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let _ = plan.apply(|node| {
         if let Some(w) = node.downcast_ref::<WindowFilters>() {
-            names.extend(w.filters.iter().map(|(name, _)| name.clone()));
+            names.extend(w.filters().iter().map(|(name, _)| name.clone()));
         }
         Ok(TreeNodeRecursion::Continue)
     });
@@ -168,7 +157,7 @@ pub fn encode(node: &Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Option<Result
     let w = node.downcast_ref::<WindowFilters>()?;
     buf.extend_from_slice(TAG);
     Some(
-        serde_json::to_writer(&mut *buf, &w.filters)
+        serde_json::to_writer(&mut *buf, w.filters())
             .map_err(|e| exec_datafusion_err!("writing window filters: {e}")),
     )
 }
@@ -193,37 +182,6 @@ pub fn decode(
     })())
 }
 
-impl DisplayAs for WindowFilters {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let names: Vec<&str> = self.filters.iter().map(|(n, _)| n.as_str()).collect();
-        write!(f, "WindowFilters: {}", names.join(", "))
-    }
-}
-
-impl ExecutionPlan for WindowFilters {
-    fn name(&self) -> &str {
-        "WindowFilters"
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    crate::plan_nodes::no_expressions!();
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self {
-            input: only(&children, "WindowFilters")?,
-            filters: self.filters.clone(),
-        }))
-    }
-
-    crate::plan_nodes::runs_as!(input);
-}
-
 #[cfg(test)]
 mod tests {
     use datafusion::prelude::SessionContext;
@@ -234,7 +192,7 @@ mod tests {
     /// `plan` without its [`WindowFilters`] nodes.
     fn strip(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
         plan.transform_up(|n| match n.downcast_ref::<WindowFilters>() {
-            Some(w) => Ok(Transformed::yes(Arc::clone(&w.input))),
+            Some(w) => Ok(Transformed::yes(Arc::clone(w.children()[0]))),
             None => Ok(Transformed::no(n)),
         })
         .unwrap()

@@ -31,7 +31,6 @@ use super::tracking::{TrackingChannels, Transport};
 use crate::checks;
 use crate::codec::{
     fragment_codec, repair_decoded, restore_window_filters, window_function_headers, SessionCodec,
-    SumCounts,
 };
 use crate::errors::{
     as_not_distributable, as_worker_failure, is_rejected_credentials, is_worker_failure,
@@ -40,6 +39,7 @@ use crate::errors::{
 use crate::kept;
 use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
+use crate::operators::SumCounts;
 use crate::plan_rewrites::{self, CompressedTable};
 use crate::protocol::display_url;
 use crate::protocol::{FixedResolver, InProcessWorkers, WorkerChannels, Workers};

@@ -12,7 +12,7 @@
 //!
 //! The commit: tasks write under a directory private to this run, `<target>/.dfdpy-<id>/`
 //! (readers of the target skip subdirectories that are not `key=value` partitions), which
-//! `SumCounts` (`codec::write_commit`) moves into place once every task succeeded, or removes.
+//! `SumCounts` (`operators::SumCounts`) moves into place once every task succeeded, or removes.
 use std::any::Any;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use crate::codec::{MergeTaskPartitions, Staging, SumCounts};
+use crate::operators::{MergeTaskPartitions, Staging, SumCounts};
 
 /// `plan` with its root file sink writing from every task, where that keeps its meaning.
 pub fn write_from_every_task(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
