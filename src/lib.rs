@@ -7,7 +7,8 @@
 //!   its tasks, and hands the result back to datafusion-python as a table.
 //! * [`worker`]: runs in worker processes (and in the embedded cluster): serves tasks.
 //! * [`protocol`]: how the two reach each other: gRPC channels, in-process channels, worker URLs.
-//! * [`codec`]: how plans travel: fragment and session codecs.
+//! * [`codec`]: how plans travel: fragment and session codecs, and the codec datafusion-python
+//!   serialises with (`WireCodec`).
 //! * [`kept`]: results a user keeps, held by the workers that computed them.
 //! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
 //! * [`operators`]: our own plan nodes, one per file (their encoding is `codec`'s).
@@ -15,7 +16,8 @@
 //! * [`plan_nodes`]: what every plan node of ours has alike (tree walking and rebuilding).
 //! * [`plan_rewrites`]: repairs applied to every plan before it is distributed.
 //! * [`security`]: who may talk to a worker: token and TLS.
-//! * [`tables`]: tables whose files come from a table format's log (Delta Lake, Iceberg).
+//! * [`table_providers`]: our table providers: tables whose files come from a table format's
+//!   log (Delta Lake, Iceberg), and rows Python table functions return.
 //! * [`runtime`]: the one tokio runtime, and whether its threads may still enter Python.
 use pyo3::prelude::*;
 
@@ -41,7 +43,7 @@ mod python;
 mod runtime;
 mod security;
 mod spool;
-mod tables;
+mod table_providers;
 mod worker;
 
 /// Our package version; workers report it and the coordinator compares it.

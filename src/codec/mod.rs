@@ -45,6 +45,7 @@ mod test_support;
 mod window_filters;
 mod window_functions;
 mod window_topn;
+mod wire;
 mod write_commit;
 
 pub use field_metadata::mark as mark_for_repair;
@@ -61,15 +62,11 @@ pub fn repair_decoded(
     field_metadata::restore_field_metadata(lost_modifiers::restore_lost_modifiers(plan)?)
 }
 pub use fragment::{copy_fragment, encode_fragment, fragment_codec, FragmentCodec};
-pub use partial_sort::{
-    decode as read_partial_sort, encode_announced as write_partial_sort, PartialSort, SortColumn,
-};
-pub use recursive_queries::{
-    decode as decode_recursive_query, write_query as write_recursive_query, write_work_table,
-};
+pub use partial_sort::{PartialSort, SortColumn};
 pub use scan_compression::wrap as wrap_compressed_scans;
 pub use session::{builtins, SessionCodec, SessionFunctions};
 pub use window_functions::{
     register_from_headers as register_window_functions, to_headers as window_function_headers,
     window_exprs,
 };
+pub use wire::{WireCodec, WIRE_CODEC_ID};

@@ -7,7 +7,7 @@
 //! the projection its schema stands for, then builds the query, which links them to its own
 //! work table as DataFusion's planner does.
 //!
-//! From datafusion-python the nodes arrive foreign (over FFI, `tables::WireCodec`), which
+//! From datafusion-python the nodes arrive foreign (over FFI, `codec::WireCodec`), which
 //! shows neither name nor `is_distinct`: those come from the plan's display, announced before
 //! serialising (`write_query`). In fragments they are our own nodes (`our_nodes`).
 use std::sync::Arc;

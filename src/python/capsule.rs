@@ -110,8 +110,8 @@ pub fn import_session_codec(obj: &Bound<'_, PyAny>) -> PyResult<SessionCodec> {
     let foreign: Arc<dyn PhysicalExtensionCodec> = (&ffi).into();
     // Our leaves were written by our WireCodec installed on the session (the coordinator's
     // serialising twin): read back here, not through two FFI crossings.
-    let wire = Arc::new(crate::tables::WireCodec::default());
-    Ok(SessionCodec::new(foreign).with_own(crate::tables::WIRE_CODEC_ID, wire))
+    let wire = Arc::new(crate::codec::WireCodec::default());
+    Ok(SessionCodec::new(foreign).with_own(crate::codec::WIRE_CODEC_ID, wire))
 }
 
 /// The functions registered on the datafusion-python `session` (read when first needed).

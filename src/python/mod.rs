@@ -32,7 +32,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::VERSION)?;
     // The DataFusion major this library was built against (checked at import).
     m.add("DATAFUSION_MAJOR", datafusion_ffi::version())?;
-    m.add("WIRE_CODEC_ID", crate::tables::WIRE_CODEC_ID)?;
+    m.add("WIRE_CODEC_ID", crate::codec::WIRE_CODEC_ID)?;
     errors::register(m)?;
     m.add_class::<coordinator::Coordinator>()?;
     m.add_class::<plan::DistributedPlan>()?;

@@ -21,7 +21,7 @@ use crate::file_stream::{Announced, FileStreamSpec};
 use crate::object_stores::StoreSpec;
 use crate::runtime;
 use crate::runtime::interpreter;
-use crate::tables::{self, BatchSource, ColumnStats, SnapshotFile, SnapshotSource};
+use crate::table_providers::{self, BatchSource, ColumnStats, SnapshotFile, SnapshotSource};
 
 /// A data file as Python lists it: `(url, size, rows, partition values, column statistics)`.
 type PyFile = (
@@ -66,7 +66,7 @@ impl SnapshotSource for PythonSource {
 
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct SnapshotTable {
-    table: Arc<tables::SnapshotTable>,
+    table: Arc<table_providers::SnapshotTable>,
 }
 
 #[pymethods]
@@ -92,11 +92,11 @@ impl SnapshotTable {
         stores: Vec<(String, String, BTreeMap<String, String>)>,
         format: &str,
     ) -> PyResult<Self> {
-        let format: tables::FileFormat = format.parse().map_err(to_py_err)?;
+        let format: table_providers::FileFormat = format.parse().map_err(to_py_err)?;
         let schema = try_schema_from_ipc_buffer(schema)
             .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
         let source = source.map(|s| Box::new(PythonSource(s)) as Box<dyn SnapshotSource>);
-        let table = tables::SnapshotTable::new(
+        let table = table_providers::SnapshotTable::new(
             name,
             Arc::new(schema),
             partition_columns,
@@ -130,10 +130,10 @@ impl SnapshotTable {
 }
 
 /// Rows held by DataFusion, for what a Python table function returns in memory (see
-/// `tables::InMemoryTable`).
+/// `table_providers::InMemoryTable`).
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct InMemoryTable {
-    table: Arc<tables::InMemoryTable>,
+    table: Arc<table_providers::InMemoryTable>,
 }
 
 #[pymethods]
@@ -147,7 +147,8 @@ impl InMemoryTable {
         let batches = reader
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| PyValueError::new_err(format!("reading the rows: {e}")))?;
-        let table = tables::InMemoryTable::try_new(name, schema, batches).map_err(to_py_err)?;
+        let table =
+            table_providers::InMemoryTable::try_new(name, schema, batches).map_err(to_py_err)?;
         Ok(Self {
             table: Arc::new(table),
         })
@@ -168,7 +169,7 @@ impl InMemoryTable {
 pub struct WireCodec {
     /// The session whose task context decoding uses.
     session: Py<PyAny>,
-    codec: Arc<tables::WireCodec>,
+    codec: Arc<crate::codec::WireCodec>,
 }
 
 #[pymethods]
@@ -258,7 +259,7 @@ impl BatchSource for PythonReader {
 /// A table read through its format's own Python reader, in this process.
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct ReaderTable {
-    table: Arc<tables::ReaderTable>,
+    table: Arc<table_providers::ReaderTable>,
 }
 
 #[pymethods]
@@ -269,7 +270,8 @@ impl ReaderTable {
     fn new(name: String, schema: &[u8], open: Py<PyAny>) -> PyResult<Self> {
         let schema = try_schema_from_ipc_buffer(schema)
             .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
-        let table = tables::ReaderTable::new(name, Arc::new(schema), Arc::new(PythonReader(open)));
+        let table =
+            table_providers::ReaderTable::new(name, Arc::new(schema), Arc::new(PythonReader(open)));
         Ok(Self {
             table: Arc::new(table),
         })

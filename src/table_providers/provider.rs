@@ -299,75 +299,15 @@ impl TableProvider for SnapshotTable {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::tables::WireCodec;
-    use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-    use datafusion::arrow::datatypes::{DataType, Field};
-    use datafusion::parquet::arrow::ArrowWriter;
-    use datafusion::physical_plan::{collect, displayable};
+    use datafusion::arrow::array::{RecordBatch, StringArray};
     use datafusion::prelude::SessionContext;
-    use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExtensionCodec};
 
-    /// Two data files under `p=a/` and `p=b/` of a fresh directory (a removed third file sits
-    /// beside them: only the snapshot's files are read), and the table over the two.
-    fn table() -> (SnapshotTable, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("dfdpy-snapshot-{}", uuid::Uuid::new_v4()));
-        let file_schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, true),
-            Field::new("v", DataType::Utf8, true),
-        ]));
-        let mut files = vec![];
-        for (part, first) in [("a", 0), ("b", 10), ("removed", 100)] {
-            std::fs::create_dir_all(dir.join(format!("p={part}"))).unwrap();
-            let path = dir.join(format!("p={part}/0.parquet"));
-            let batch = RecordBatch::try_new(
-                Arc::clone(&file_schema),
-                vec![
-                    Arc::new(Int64Array::from_iter_values(first..first + 3)),
-                    Arc::new(StringArray::from(vec!["x", "y", "z"])),
-                ],
-            )
-            .unwrap();
-            let mut writer = ArrowWriter::try_new(
-                std::fs::File::create(&path).unwrap(),
-                file_schema.clone(),
-                None,
-            )
-            .unwrap();
-            writer.write(&batch).unwrap();
-            writer.close().unwrap();
-            if part != "removed" {
-                files.push(SnapshotFile {
-                    url: url::Url::from_file_path(&path).unwrap().to_string(),
-                    size: std::fs::metadata(&path).unwrap().len(),
-                    rows: Some(3),
-                    partition_values: vec![Some(part.to_string())],
-                    columns: vec![],
-                });
-            }
-        }
-        // The table's order puts the partition column between the files' columns.
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Int64, true),
-            Field::new("p", DataType::Utf8, true),
-            Field::new("v", DataType::Utf8, true),
-        ]));
-        let table = SnapshotTable::new(
-            "t".into(),
-            schema,
-            vec!["p".into()],
-            false,
-            &files,
-            None,
-            vec![],
-        )
-        .unwrap();
-        (table, dir)
-    }
+    use super::*;
+    use crate::table_providers::test_support::partitioned_table;
 
     #[tokio::test]
     async fn reads_exactly_the_snapshot_in_the_tables_column_order() {
-        let (table, dir) = table();
+        let (table, dir) = partitioned_table();
         let ctx = SessionContext::new();
         ctx.register_table("t", Arc::new(table)).unwrap();
         let df = ctx.sql("SELECT * FROM t ORDER BY k").await.unwrap();
@@ -387,57 +327,6 @@ mod tests {
             .downcast_ref::<StringArray>()
             .unwrap();
         assert_eq!((p.value(0), p.value(5)), ("a", "b"));
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[tokio::test]
-    async fn partition_filters_prune_files_and_the_scan_travels_as_a_parquet_scan() {
-        let (table, dir) = table();
-        let ctx = SessionContext::new();
-        ctx.register_table("t", Arc::new(table)).unwrap();
-        let plan = ctx
-            .sql("SELECT v, k FROM t WHERE p = 'b'")
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let shown = displayable(plan.as_ref()).indent(true).to_string();
-        assert!(shown.contains("SnapshotScanExec: table=t"), "{shown}");
-        // The leaf as the codec writes it: the native scan inside, with its file pruned.
-        let mut leaf = Arc::clone(&plan);
-        while let Some(child) = leaf.children().first() {
-            leaf = Arc::clone(child);
-        }
-        let mut bytes = vec![];
-        WireCodec::default()
-            .try_encode(
-                Arc::clone(&leaf),
-                &mut bytes,
-                &DefaultPhysicalProtoConverter {},
-            )
-            .unwrap();
-        let decoded = WireCodec::default()
-            .try_decode(
-                &bytes,
-                &[],
-                &ctx.task_ctx(),
-                &DefaultPhysicalProtoConverter {},
-            )
-            .unwrap();
-        let inner = displayable(decoded.as_ref()).indent(true).to_string();
-        assert!(
-            inner.contains("DataSourceExec") && inner.contains("p=b/0.parquet"),
-            "{inner}"
-        );
-        assert!(!inner.contains("p=a/"), "{inner}");
-        let rows: usize = collect(decoded, ctx.task_ctx())
-            .await
-            .unwrap()
-            .iter()
-            .map(RecordBatch::num_rows)
-            .sum();
-        assert_eq!(rows, 3);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -26,13 +26,13 @@ use datafusion_proto::physical_plan::{
     DefaultPhysicalExtensionCodec, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
 };
 
-use super::scan::SnapshotScanExec;
-use crate::codec::{
-    decode_recursive_query, write_partial_sort, write_recursive_query, write_work_table,
-    PartialSort,
+use super::partial_sort::{encode_announced as write_partial_sort, PartialSort};
+use super::recursive_queries::{
+    decode as decode_recursive_query, write_query as write_recursive_query, write_work_table,
 };
 use crate::file_stream::{encode_announced, Announced};
 use crate::object_stores::{register_all, StoreSpec};
+use crate::table_providers::SnapshotScanExec;
 
 /// The id the coordinator installs [`WireCodec`] under on its serialising session.
 pub const WIRE_CODEC_ID: &str = "datafusion_distributed_py.snapshot_scans.v1";
@@ -95,7 +95,7 @@ impl PhysicalExtensionCodec for WireCodec {
         if let Some(stream) = crate::file_stream::decode(buf) {
             return stream;
         }
-        if let Some(sort) = crate::codec::read_partial_sort(buf, inputs) {
+        if let Some(sort) = super::partial_sort::decode(buf, inputs) {
             return sort;
         }
         let (stores, plan) = split(buf)?;
@@ -188,5 +188,67 @@ impl PhysicalExtensionCodec for WireCodec {
 
     fn try_encode_udwf(&self, node: &WindowUDF, _buf: &mut Vec<u8>) -> Result<()> {
         exec_err!("WireCodec does not encode functions ({})", node.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::RecordBatch;
+    use datafusion::physical_plan::{collect, displayable};
+    use datafusion::prelude::SessionContext;
+    use datafusion_proto::physical_plan::DefaultPhysicalProtoConverter;
+
+    use super::*;
+    use crate::table_providers::test_support::partitioned_table;
+
+    #[tokio::test]
+    async fn partition_filters_prune_files_and_the_scan_travels_as_a_parquet_scan() {
+        let (table, dir) = partitioned_table();
+        let ctx = SessionContext::new();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        let plan = ctx
+            .sql("SELECT v, k FROM t WHERE p = 'b'")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let shown = displayable(plan.as_ref()).indent(true).to_string();
+        assert!(shown.contains("SnapshotScanExec: table=t"), "{shown}");
+        // The leaf as the codec writes it: the native scan inside, with its file pruned.
+        let mut leaf = Arc::clone(&plan);
+        while let Some(child) = leaf.children().first() {
+            leaf = Arc::clone(child);
+        }
+        let mut bytes = vec![];
+        WireCodec::default()
+            .try_encode(
+                Arc::clone(&leaf),
+                &mut bytes,
+                &DefaultPhysicalProtoConverter {},
+            )
+            .unwrap();
+        let decoded = WireCodec::default()
+            .try_decode(
+                &bytes,
+                &[],
+                &ctx.task_ctx(),
+                &DefaultPhysicalProtoConverter {},
+            )
+            .unwrap();
+        let inner = displayable(decoded.as_ref()).indent(true).to_string();
+        assert!(
+            inner.contains("DataSourceExec") && inner.contains("p=b/0.parquet"),
+            "{inner}"
+        );
+        assert!(!inner.contains("p=a/"), "{inner}");
+        let rows: usize = collect(decoded, ctx.task_ctx())
+            .await
+            .unwrap()
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum();
+        assert_eq!(rows, 3);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

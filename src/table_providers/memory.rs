@@ -3,7 +3,7 @@
 //!
 //! datafusion-python scans such results through pyarrow, in this process; held by DataFusion's
 //! own `MemTable` instead, the scan is an ordinary memory scan, wrapped in a
-//! [`SnapshotScanExec`] so that it crosses FFI whole and [`super::WireCodec`] writes it.
+//! [`SnapshotScanExec`] so that it crosses FFI whole and `codec::WireCodec` writes it.
 use std::sync::Arc;
 
 use async_trait::async_trait;
