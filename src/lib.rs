@@ -10,7 +10,7 @@
 //! * [`codec`]: how plans travel: fragment and session codecs, and the codec datafusion-python
 //!   serialises with (`WireCodec`).
 //! * [`kept`]: results a user keeps, held by the workers that computed them.
-//! * [`leaves`]: how scans become tasks: in-memory tables and compressed files split whole.
+//! * [`scan_tasks`]: how scans become tasks: in-memory tables and compressed files split whole.
 //! * [`operators`]: our own plan nodes, one per file (their encoding is `codec`'s).
 //! * [`object_stores`]: the user's object stores, described once and rebuilt where plans run.
 //! * [`plan_nodes`]: what every plan node of ours has alike (tree walking and rebuilding).
@@ -33,7 +33,6 @@ mod coordinator;
 mod errors;
 mod file_stream;
 mod kept;
-mod leaves;
 mod object_stores;
 mod operators;
 mod plan_nodes;
@@ -41,6 +40,7 @@ mod plan_rewrites;
 mod protocol;
 mod python;
 mod runtime;
+mod scan_tasks;
 mod security;
 mod spool;
 mod table_providers;

@@ -37,12 +37,12 @@ use crate::errors::{
     is_worker_lost, not_distributable, FailureKind,
 };
 use crate::kept;
-use crate::leaves;
 use crate::object_stores::{register_all, to_headers as stores_to_headers, StoreSpec};
 use crate::operators::SumCounts;
 use crate::plan_rewrites::{self, CompressedTable};
 use crate::protocol::display_url;
 use crate::protocol::{FixedResolver, InProcessWorkers, WorkerChannels, Workers};
+use crate::scan_tasks;
 use crate::security::Security;
 use crate::spool::Spool;
 
@@ -542,8 +542,8 @@ impl ClusterPlanner {
         });
         // The session codec also decodes what workers send back (e.g. partitioning).
         cfg.set_distributed_user_codec_arc(codec);
-        cfg.set_distributed_desired_task_count_handler(leaves::desired_task_count);
-        cfg.set_distributed_scale_up_leaf_node_handler(leaves::scale_up);
+        cfg.set_distributed_desired_task_count_handler(scan_tasks::desired_task_count);
+        cfg.set_distributed_scale_up_leaf_node_handler(scan_tasks::scale_up);
         cfg.set_distributed_route_tasks_handler(kept::route_tasks);
         apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));

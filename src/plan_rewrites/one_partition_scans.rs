@@ -29,7 +29,7 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::DistributedConfig;
 
-use crate::leaves;
+use crate::scan_tasks;
 
 /// `plan` with a merge above each one-partition scan that will be split and is read as one.
 pub fn merge_split_scans(
@@ -146,5 +146,5 @@ fn split_into_tasks(scan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> bo
     if d_cfg.dynamic_task_count {
         return true; // sized while it runs, from what it reads: it may be split
     }
-    leaves::task_count(scan, config).unwrap_or(1) > 1
+    scan_tasks::task_count(scan, config).unwrap_or(1) > 1
 }
