@@ -10,14 +10,17 @@ mod coordinator;
 mod defaults;
 mod errors;
 mod health;
+mod in_memory_table;
 mod kept_insert;
 mod kept_table;
 mod plan;
+mod reader_table;
 mod request;
 mod security;
 mod snapshot_table;
 mod statement;
 mod stream_table;
+mod wire_codec;
 mod worker;
 
 /// Adds everything `_internal` exports to the module.
@@ -46,9 +49,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kept_insert::KeptInsert>()?;
     m.add_function(wrap_pyfunction!(statement::create_table_as, m)?)?;
     m.add_function(wrap_pyfunction!(statement::delete_or_update, m)?)?;
-    m.add_class::<snapshot_table::WireCodec>()?;
-    m.add_class::<snapshot_table::InMemoryTable>()?;
-    m.add_class::<snapshot_table::ReaderTable>()?;
+    m.add_class::<wire_codec::WireCodec>()?;
+    m.add_class::<in_memory_table::InMemoryTable>()?;
+    m.add_class::<reader_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(stream_table::unbounded_table, m)?)?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
