@@ -5,16 +5,13 @@ exceptions, the six classes and the three functions, with the signatures of thei
 ``#[pymethods]``; CI checks them against the built module (``mypy.stubtest``).
 """
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
 from datafusion_distributed_py.context import MetricsRecord
+from datafusion_distributed_py.core_specs import SnapshotSpec, WorkerSpec
 from datafusion_distributed_py.plan_request import PlanRequest
 from datafusion_distributed_py.security import CoreSecurity
-
-#: ``(url, kind, options)`` of an object store, as ``object_stores.stores_of`` describes it.
-_StoreSpec = tuple[str, str, dict[str, str]]
 
 #: This package's version; workers report it and the coordinator compares it.
 __all__ = [
@@ -181,22 +178,8 @@ class DistributedPlan:
 class WorkerServer:
     """A gRPC server running the tasks of distributed plans."""
 
-    def __new__(
-        cls,
-        host: str,
-        port: int,
-        codec: object,
-        version: str,
-        stores: Sequence[_StoreSpec] = ...,
-        security: CoreSecurity | None = None,
-        refuse_pickled_code: bool = False,
-        memory_limit: int | None = None,
-        spill_dir: str | os.PathLike[str] | None = None,
-    ) -> WorkerServer:
-        """``codec`` is the worker's session (or its physical extension codec capsule);
-        ``stores`` the object stores its setup registered; ``security`` is
-        ``Security._to_core()`` or None; with ``refuse_pickled_code`` only functions the
-        setup registered run; ``memory_limit`` (bytes) and ``spill_dir`` bound memory."""
+    def __new__(cls, spec: WorkerSpec) -> WorkerServer:
+        """``spec``: the server's host, port, session, stores, security and memory bounds."""
 
     def start(self) -> int:
         """Binds the port and serves in the background; returns the bound port."""
@@ -210,31 +193,13 @@ class WorkerServer:
     def stop(self, drain_seconds: float = 5.0) -> None:
         """Stops accepting work; in-flight calls get up to ``drain_seconds`` to finish."""
 
-#: A column's ``(name, min, max, null count)`` in one data file, values as strings.
-_ColumnStats = tuple[str, str | None, str | None, int | None]
-#: ``(url, size, rows or None, partition values as strings, column statistics)`` of a
-#: lakehouse table's data file.
-_SnapshotFile = tuple[str, int, int | None, Sequence[str | None], Sequence[_ColumnStats]]
-
 @final
 class SnapshotTable:
     """A table over exactly a snapshot's data files (``lakehouse``), as an FFI provider."""
 
-    def __new__(
-        cls,
-        name: str,
-        schema: bytes,
-        partition_columns: Sequence[str],
-        partitions_in_files: bool,
-        files: Sequence[_SnapshotFile],
-        source: Callable[[], Sequence[_SnapshotFile]] | None,
-        stores: Sequence[_StoreSpec],
-        format: str = "parquet",
-    ) -> SnapshotTable:
-        """``schema``: the table's Arrow schema as IPC bytes; ``partitions_in_files``: the
-        files hold the partition columns (Iceberg) rather than the scan adding them (Delta);
-        ``source``: lists the current
-        files at each scan (a table that follows its log), or None."""
+    def __new__(cls, spec: SnapshotSpec) -> SnapshotTable:
+        """``spec``: the table's name, schema, partition columns, files (and what lists them
+        at each scan), stores and format."""
 
     @property
     def file_count(self) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import datafusion
 
 from datafusion_distributed_py import _internal
+from datafusion_distributed_py.core_specs import SnapshotSpec
 from datafusion_distributed_py.lakehouse import registry
 
 
@@ -87,5 +88,5 @@ def avro_table(
         (p.absolute().as_uri(), p.stat().st_size, None, [], []) for p in found
     ]
     return _internal.SnapshotTable(
-        name, schema.serialize().to_pybytes(), [], False, files, None, [], "avro"
+        SnapshotSpec(name, schema.serialize().to_pybytes(), [], False, files, None, [], "avro")
     )

@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 from datafusion.user_defined import TableFunction
 
 from datafusion_distributed_py import _internal, object_stores
+from datafusion_distributed_py.core_specs import SnapshotSpec
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.stores import store_for
 
@@ -138,8 +139,10 @@ def as_table(
         stores = _s3_stores(fs, files[0][0])
     schema = dataset.schema.remove_metadata()
     provider = _internal.SnapshotTable(
-        name, schema.serialize().to_pybytes(), partition_columns, False, files, None, stores,
-        format,
+        SnapshotSpec(
+            name, schema.serialize().to_pybytes(), partition_columns, False, files, None, stores,
+            format,
+        )
     )  # fmt: skip
     return provider, stores
 

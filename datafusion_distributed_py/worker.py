@@ -33,6 +33,7 @@ from datafusion import SessionContext
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.config import memory_limit_bytes
+from datafusion_distributed_py.core_specs import WorkerSpec
 from datafusion_distributed_py.functions import register_all
 from datafusion_distributed_py.security import Security
 
@@ -109,7 +110,7 @@ class Worker:
         version = _report_version if _report_version is not None else _internal.__version__
         # Object stores the setup registered serve this worker's reads (over the coordinator's).
         stores = object_stores.stores_of(self.ctx)
-        self._server = _internal.WorkerServer(
+        spec = WorkerSpec(
             host,
             int(port),
             self.ctx,
@@ -120,6 +121,7 @@ class Worker:
             memory_limit=memory_limit_bytes(memory_limit),
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
         )
+        self._server = _internal.WorkerServer(spec)
 
     @property
     def url(self) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from datafusion_distributed_py import _internal
+from datafusion_distributed_py.core_specs import SnapshotSpec
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
 from datafusion_distributed_py.lakehouse.stores import as_url, file_url, store_for
@@ -83,9 +84,8 @@ def register_delta(
         source = _follower(dt, partition_columns)
     files = _files(dt, partition_columns)
     raw_schema = schema.serialize().to_pybytes()
-    provider = _internal.SnapshotTable(
-        name, raw_schema, partition_columns, False, files, source, stores
-    )
+    spec = SnapshotSpec(name, raw_schema, partition_columns, False, files, source, stores)
+    provider = _internal.SnapshotTable(spec)
     registry.register(ctx, name, provider, stores)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from datafusion_distributed_py import _internal
+from datafusion_distributed_py.core_specs import SnapshotSpec
 from datafusion_distributed_py.lakehouse import registry
 from datafusion_distributed_py.lakehouse.delta import ColumnStats, File
 from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
@@ -80,9 +81,8 @@ def register_iceberg(
         source = _follower(table, partition_columns)
     files = _files(table, tasks, partition_columns)
     raw_schema = schema.serialize().to_pybytes()
-    provider = _internal.SnapshotTable(
-        name, raw_schema, partition_columns, True, files, source, stores
-    )
+    spec = SnapshotSpec(name, raw_schema, partition_columns, True, files, source, stores)
+    provider = _internal.SnapshotTable(spec)
     registry.register(ctx, name, provider, stores)
 
 

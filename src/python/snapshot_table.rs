@@ -7,7 +7,7 @@ use datafusion::arrow::ipc::convert::try_schema_from_ipc_buffer;
 use datafusion::common::{exec_datafusion_err, Result};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyBytes, PyCapsule};
 
 use super::capsule;
 use super::errors::to_py_err;
@@ -56,6 +56,39 @@ impl SnapshotSource for PythonSource {
     }
 }
 
+/// What a snapshot table is built from, as Python hands it over (the `core_specs.SnapshotSpec`
+/// dataclass, read attribute by attribute).
+#[derive(FromPyObject)]
+pub struct SnapshotSpec {
+    #[pyo3(attribute)]
+    name: String,
+    /// The table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in the
+    /// table's order.
+    #[pyo3(attribute)]
+    schema: Py<PyBytes>,
+    #[pyo3(attribute)]
+    partition_columns: Vec<String>,
+    /// Whether the files hold the partition columns (Iceberg) or the scan adds them from the
+    /// partition values (Delta).
+    #[pyo3(attribute)]
+    partitions_in_files: bool,
+    /// `(url, size, rows or None, partition values as strings, [(column, min, max, null
+    /// count)])`, bounds as strings, as the log records them.
+    #[pyo3(attribute)]
+    files: Vec<PyFile>,
+    /// A callable listing the current files at each scan (a table that follows its log), or
+    /// None.
+    #[pyo3(attribute)]
+    source: Option<Py<PyAny>>,
+    /// `(url, kind, options)` of the stores the files live on.
+    #[pyo3(attribute)]
+    stores: Vec<(String, String, BTreeMap<String, String>)>,
+    /// The files' format: `"parquet"`, `"json"` (newline-delimited), `"arrow"` (IPC files) or
+    /// `"avro"`.
+    #[pyo3(attribute)]
+    format: String,
+}
+
 #[pyclass(frozen, module = "datafusion_distributed_py._internal")]
 pub struct SnapshotTable {
     table: Arc<table_providers::SnapshotTable>,
@@ -63,39 +96,23 @@ pub struct SnapshotTable {
 
 #[pymethods]
 impl SnapshotTable {
-    /// `schema`: the table's Arrow schema as IPC bytes (`pa.Schema.serialize()`), columns in
-    /// the table's order; `partitions_in_files`: whether the files hold the partition columns
-    /// (Iceberg) or the scan adds them from the partition values (Delta); `files`: `(url,
-    /// size, rows or None, partition values as strings, [(column, min, max, null count)])`,
-    /// bounds as strings, as the log records them; `source`: a callable listing the current
-    /// files at each scan (a table that follows its log), or None; `stores`: `(url, kind,
-    /// options)` of the stores the files live on; `format`: the files' format, `"parquet"`,
-    /// `"json"` (newline-delimited) or `"arrow"` (IPC files).
+    /// `spec`: a `core_specs.SnapshotSpec`.
     #[new]
-    #[pyo3(signature = (name, schema, partition_columns, partitions_in_files, files, source, stores, format = "parquet"))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        name: String,
-        schema: &[u8],
-        partition_columns: Vec<String>,
-        partitions_in_files: bool,
-        files: Vec<PyFile>,
-        source: Option<Py<PyAny>>,
-        stores: Vec<(String, String, BTreeMap<String, String>)>,
-        format: &str,
-    ) -> PyResult<Self> {
-        let format: table_providers::FileFormat = format.parse().map_err(to_py_err)?;
-        let schema = try_schema_from_ipc_buffer(schema)
+    fn new(py: Python<'_>, spec: SnapshotSpec) -> PyResult<Self> {
+        let format: table_providers::FileFormat = spec.format.parse().map_err(to_py_err)?;
+        let schema = try_schema_from_ipc_buffer(spec.schema.bind(py).as_bytes())
             .map_err(|e| PyValueError::new_err(format!("not an Arrow IPC schema: {e}")))?;
-        let source = source.map(|s| Box::new(PythonSource(s)) as Box<dyn SnapshotSource>);
+        let source = spec
+            .source
+            .map(|s| Box::new(PythonSource(s)) as Box<dyn SnapshotSource>);
         let table = table_providers::SnapshotTable::new(
-            name,
+            spec.name,
             Arc::new(schema),
-            partition_columns,
-            partitions_in_files,
-            &to_files(files),
+            spec.partition_columns,
+            spec.partitions_in_files,
+            &to_files(spec.files),
             source,
-            stores.into_iter().map(StoreSpec::from).collect(),
+            spec.stores.into_iter().map(StoreSpec::from).collect(),
         )
         .map_err(to_py_err)?
         .with_format(format);

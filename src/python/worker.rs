@@ -17,6 +17,36 @@ use crate::runtime;
 use crate::security::Security;
 use crate::worker::{build_worker, Serving, WorkerOptions};
 
+/// What a worker server is built from, as Python hands it over (the `core_specs.WorkerSpec`
+/// dataclass, read attribute by attribute).
+#[derive(FromPyObject)]
+pub struct WorkerSpec {
+    #[pyo3(attribute)]
+    host: String,
+    #[pyo3(attribute)]
+    port: u16,
+    /// The worker-side session's physical extension codec (or the session): it decodes what
+    /// the coordinator's session encoded, Python UDFs included.
+    #[pyo3(attribute)]
+    codec: Py<PyAny>,
+    #[pyo3(attribute)]
+    version: String,
+    /// `(url, kind, options)` of the object stores the worker's setup registered.
+    #[pyo3(attribute)]
+    stores: Vec<(String, String, BTreeMap<String, String>)>,
+    /// `Security._to_core()`, or None.
+    #[pyo3(attribute)]
+    security: Option<SecuritySpec>,
+    /// Only functions the worker's setup registered run.
+    #[pyo3(attribute)]
+    refuse_pickled_code: bool,
+    /// Bytes of memory, and where tasks spill beyond them.
+    #[pyo3(attribute)]
+    memory_limit: Option<usize>,
+    #[pyo3(attribute)]
+    spill_dir: Option<PathBuf>,
+}
+
 #[pyclass(module = "datafusion_distributed_py._internal")]
 pub struct WorkerServer {
     host: String,
@@ -28,49 +58,30 @@ pub struct WorkerServer {
 
 #[pymethods]
 impl WorkerServer {
-    /// `codec` is the worker-side session's physical extension codec (or the session): it
-    /// decodes what the coordinator's session encoded, Python UDFs included.
-    /// `stores` are `(url, kind, options)` of the object stores the worker's setup registered;
-    /// `security` is `Security._to_core()` or None; with `refuse_pickled_code` only functions
-    /// the worker's setup registered run; `memory_limit` (bytes) and `spill_dir` bound memory.
+    /// `spec`: a `core_specs.WorkerSpec`.
     #[new]
-    #[pyo3(signature = (
-        host, port, codec, version, stores = Vec::new(), security = None,
-        refuse_pickled_code = false, memory_limit = None, spill_dir = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        host: String,
-        port: u16,
-        codec: &Bound<'_, PyAny>,
-        version: String,
-        stores: Vec<(String, String, BTreeMap<String, String>)>,
-        security: Option<SecuritySpec>,
-        refuse_pickled_code: bool,
-        memory_limit: Option<usize>,
-        spill_dir: Option<PathBuf>,
-    ) -> PyResult<Self> {
-        let session = codec;
+    fn new(py: Python<'_>, spec: WorkerSpec) -> PyResult<Self> {
+        let session = spec.codec.bind(py);
         // The functions the worker's setup registered: those that travel by name (an
         // extension package's) are looked up there, and the handshake lists them.
         let functions = capsule::session_functions(session)?;
         let own_functions = functions.own_names().map_err(to_py_err)?;
         let mut codec = import_session_codec(session)?.with_functions(functions);
-        if refuse_pickled_code {
+        if spec.refuse_pickled_code {
             codec = codec.refusing_pickled_code();
         }
-        let security = Security::try_from(security)?;
+        let security = Security::try_from(spec.security)?;
         let options = WorkerOptions {
-            version: worker_info::advertise(&version, &own_functions),
-            own_stores: stores.into_iter().map(StoreSpec::from).collect(),
+            version: worker_info::advertise(&spec.version, &own_functions),
+            own_stores: spec.stores.into_iter().map(StoreSpec::from).collect(),
             security: security.clone(),
-            memory_limit,
-            spill_dir,
+            memory_limit: spec.memory_limit,
+            spill_dir: spec.spill_dir,
         };
         let worker = build_worker(Arc::new(codec), options).map_err(to_py_err)?;
         Ok(Self {
-            host,
-            port,
+            host: spec.host,
+            port: spec.port,
             worker,
             security,
             serving: Mutex::new(None),
