@@ -13,8 +13,8 @@ from datafusion.expr import CopyTo, DmlStatement
 
 from datafusion_distributed_py import stream_tables
 from datafusion_distributed_py.errors import UnsupportedPlanError, UnsupportedTableError
-from datafusion_distributed_py.lakehouse.registry import single_node_reason
 from datafusion_distributed_py.plan_facts import optimized, scan_nodes
+from datafusion_distributed_py.snapshot_tables.registry import single_node_reason
 
 _log = logging.getLogger("datafusion_distributed_py")
 

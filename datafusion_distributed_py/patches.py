@@ -25,14 +25,8 @@ import datafusion
 import datafusion.object_store
 from datafusion.user_defined import TableFunction
 
-from datafusion_distributed_py import (
-    avro_tables,
-    dataframe,
-    datasets,
-    object_stores,
-    stream_tables,
-    write_options,
-)
+from datafusion_distributed_py import dataframe, object_stores, stream_tables, write_options
+from datafusion_distributed_py.snapshot_tables import avro, datasets
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,7 @@ PATCHES: tuple[Patch, ...] = (
         ("register_avro", "read_avro"),
         "the wheel cannot serialise its own Avro scans: local Avro files become a table our "
         "core scans and serialises",
-        avro_tables.registrations,
+        avro.registrations,
     ),
     Patch(
         datafusion.SessionContext,

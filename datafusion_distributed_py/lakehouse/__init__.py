@@ -17,6 +17,6 @@ from __future__ import annotations
 
 from datafusion_distributed_py.lakehouse.delta import register_delta
 from datafusion_distributed_py.lakehouse.iceberg import register_iceberg
-from datafusion_distributed_py.lakehouse.registry import single_node_reason
+from datafusion_distributed_py.snapshot_tables.registry import single_node_reason
 
 __all__ = ["register_delta", "register_iceberg", "single_node_reason"]

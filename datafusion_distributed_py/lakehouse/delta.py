@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.core_specs import SnapshotSpec
-from datafusion_distributed_py.lakehouse import registry
-from datafusion_distributed_py.lakehouse.schemas import as_datafusion_reads
-from datafusion_distributed_py.lakehouse.stores import as_url, file_url, store_for
+from datafusion_distributed_py.snapshot_tables import registry
+from datafusion_distributed_py.snapshot_tables.schemas import as_datafusion_reads
+from datafusion_distributed_py.snapshot_tables.stores import as_url, file_url, store_for
 
 if TYPE_CHECKING:
     import datafusion

@@ -34,8 +34,8 @@ from datafusion.user_defined import TableFunction
 
 from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.core_specs import SnapshotSpec
-from datafusion_distributed_py.lakehouse import registry
-from datafusion_distributed_py.lakehouse.stores import store_for
+from datafusion_distributed_py.snapshot_tables import registry
+from datafusion_distributed_py.snapshot_tables.stores import store_for
 
 
 def registrations() -> dict[str, Any]:

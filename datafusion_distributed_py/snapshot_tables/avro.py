@@ -20,7 +20,7 @@ import datafusion
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.core_specs import SnapshotSpec
-from datafusion_distributed_py.lakehouse import registry
+from datafusion_distributed_py.snapshot_tables import registry
 
 
 def registrations() -> dict[str, Any]:
