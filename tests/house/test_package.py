@@ -160,3 +160,32 @@ def test_tests_live_in_area_folders_named_by_feature():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 assert not numbered.search(node.name), f"{path.name}::{node.name}"
+
+
+def test_the_architecture_module_map_matches_the_tree():
+    """``docs/architecture.md`` names every module of the package and every room of ``src/``
+    (a file by its path, or by its name in a row of its folder), and every path it names
+    exists."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:src|datafusion_distributed_py)/[\w/.]*)`", doc))
+    missing_paths = sorted(p for p in named if not (ROOT / p.rstrip("/")).exists())
+    assert missing_paths == [], f"architecture.md names paths that do not exist: {missing_paths}"
+    unnamed = []
+    package = ROOT / "datafusion_distributed_py"
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        folder = path.parent.relative_to(ROOT).as_posix() + "/"
+        if path.name == "__init__.py" or path.name.startswith("_"):
+            continue
+        if rel in named or folder in named:
+            continue
+        if f"`{path.name}`" in doc and folder == "datafusion_distributed_py/":
+            continue
+        unnamed.append(rel)
+    for room in sorted((ROOT / "src").iterdir()):
+        rel = room.relative_to(ROOT).as_posix()
+        if room.name in ("lib.rs",):
+            continue
+        if not any(n == rel or n.startswith(rel + "/") or n == rel + "/" for n in named):
+            unnamed.append(rel)
+    assert unnamed == [], f"architecture.md's module map does not name: {unnamed}"
