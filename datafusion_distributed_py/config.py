@@ -86,6 +86,12 @@ class DistributedConfig:
             (the machine's temporary directory when empty: right for the embedded cluster and
             ``LocalCluster``; hosts of their own need a shared filesystem, else a lost
             worker's finished tasks are computed again).
+        event_log: a directory, or a URI pyarrow opens (``s3://bucket/prefix``), where each
+            query's record is appended as one JSON line: text, stages, tasks, workers, times,
+            rows, bytes, spill, retries, failure kind, where it ran — never a table's values
+            (see ``event_log.py`` and docs/observing.md). Empty (the default): none.
+        event_log_max_bytes: an event log file is closed and the next one started past this
+            size. Default 16 MiB.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -121,6 +127,8 @@ class DistributedConfig:
     stall_timeout: float = 300.0
     fault_tolerance: FaultTolerance = "query"
     spool_dir: str = ""
+    event_log: str = ""
+    event_log_max_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -160,6 +168,8 @@ class DistributedConfig:
             raise ValueError("min_workers must be >= 1")
         if self.file_scan_config_bytes_per_partition == 0:
             raise ValueError("file_scan_config_bytes_per_partition must be > 0")
+        if self.event_log_max_bytes == 0:
+            raise ValueError("event_log_max_bytes must be > 0")
         if self.cardinality_task_count_factor <= 0:
             raise ValueError("cardinality_task_count_factor must be > 0")
 
@@ -220,6 +230,8 @@ _TYPES: dict[str, type] = {
     "stall_timeout": float,
     "fault_tolerance": str,
     "spool_dir": str,
+    "event_log": str,
+    "event_log_max_bytes": int,
 }
 
 #: Fields of this package's own, not options of the crate's planner.
@@ -233,6 +245,8 @@ _OWN = frozenset(
         "stall_timeout",
         "fault_tolerance",
         "spool_dir",
+        "event_log",
+        "event_log_max_bytes",
     }
 )
 

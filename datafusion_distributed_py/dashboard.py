@@ -32,11 +32,14 @@ class Dashboard:
     """A running dashboard server.
 
     Args:
-        status: called for each refresh of the page (about once a second).
+        status: called for each refresh of the page (about once a second): a
+            :class:`ClusterStatus`, or its ``to_dict()`` form (a history, ``history.py``).
         host: the interface to listen on; ``127.0.0.1`` by default. Another one needs a token.
         port: 0 picks a free port.
         token: the secret every request must carry (``?token=``, the cookie the page sets, or
             ``Authorization: Bearer``); None for none.
+        query: one query's details by id (its plan, stages and tasks) for the page; by
+            default this process's (:func:`live_query`).
 
     Example:
         >>> from datafusion import SessionContext
@@ -49,17 +52,23 @@ class Dashboard:
 
     def __init__(
         self,
-        status: Callable[[], ClusterStatus],
+        status: Callable[[], ClusterStatus | dict[str, Any]],
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        query: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         if token is None and not _loopback(host):
             raise ValueError(
                 f"a dashboard on {host!r} would be open to the network without a token: give "
                 "the cluster a token (Security(token=...)) or listen on 127.0.0.1"
             )
-        handler = type("Handler", (_Handler,), {"status": staticmethod(status), "token": token})
+        members = {
+            "status": staticmethod(status),
+            "token": token,
+            "query": staticmethod(query or live_query),
+        }
+        handler = type("Handler", (_Handler,), members)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -116,9 +125,23 @@ def _page() -> bytes:
     return resources.files("datafusion_distributed_py").joinpath("dashboard.html").read_bytes()
 
 
+def live_query(query_id: str) -> dict[str, Any] | None:
+    """One of this process's queries as the page shows it when clicked: its plan with metrics
+    and its tasks (while the frame that ran it lives)."""
+    record = MONITOR.find(int(query_id)) if query_id.isdigit() else None
+    if record is None:
+        return None
+    source = record.source() if record.source is not None else None
+    tasks: list[dict[str, Any]] = []
+    if source is not None and record.state == "finished" and hasattr(source, "task_metrics"):
+        tasks = [dict(t) for t in source.task_metrics()]
+    return {"id": query_id, "plan": record.plan(), "tasks": tasks}
+
+
 class _Handler(BaseHTTPRequestHandler):
-    status: Callable[[], ClusterStatus]
+    status: Callable[[], ClusterStatus | dict[str, Any]]
     token: str | None
+    query: Callable[[str], dict[str, Any] | None]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # requests are not worth a line each on the user's terminal
@@ -149,11 +172,16 @@ class _Handler(BaseHTTPRequestHandler):
                 extra["Set-Cookie"] = f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
             self._send(200, _page(), "text/html; charset=utf-8", extra)
         elif url.path == "/api/status":
-            body = json.dumps(self.status().to_dict()).encode()
-            self._send(200, body, "application/json")
+            status = self.status()
+            data = status if isinstance(status, dict) else status.to_dict()
+            self._send(200, json.dumps(data).encode(), "application/json")
+        elif url.path == "/api/query":
+            details = self.query(query.get("id", [""])[0])
+            body = json.dumps(details if details is not None else {"error": "no such query"})
+            self._send(200 if details is not None else 404, body.encode(), "application/json")
         elif url.path == "/api/plan":
-            record = MONITOR.find(int(query.get("id", ["0"])[0] or 0))
-            text = record.plan() if record is not None else None
+            details = self.query(query.get("id", [""])[0])
+            text = details.get("plan") if details is not None else None
             self._send(200 if text else 404, (text or "no plan yet").encode(), "text/plain")
         else:
             self._send(404, b"not found")

@@ -13,6 +13,7 @@ from datafusion import SessionContext
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.cluster_wiring import Workers
 from datafusion_distributed_py.config import DistributedConfig
+from datafusion_distributed_py.event_log import writer_for
 from datafusion_distributed_py.monitor import Feed
 from datafusion_distributed_py.progress import ProgressCallback
 from datafusion_distributed_py.security import Security
@@ -54,4 +55,6 @@ class Engine:
     def feed(self, sql: str) -> Feed:
         """The progress feed of one run of ``sql``, listed as this context's (and its
         cluster's)."""
-        return Feed(sql, (self.owner, self.workers), self.progress)
+        config = self.config
+        log = writer_for(config.event_log, config.event_log_max_bytes) if config.event_log else None
+        return Feed(sql, (self.owner, self.workers), self.progress, log)

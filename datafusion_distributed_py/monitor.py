@@ -25,7 +25,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from datafusion_distributed_py.progress import ProgressCallback, ProgressEvent
 
@@ -42,6 +42,14 @@ class StageProgress:
     total: int
     rows: int | None = None
     eta_s: float | None = None
+
+
+class RunLog(Protocol):
+    """Where a finished run is recorded beyond this process (``event_log.EventLog``)."""
+
+    def add_run(self, record: QueryRecord, source: Any, error: BaseException | None) -> None:
+        """Records ``record``'s run (``source``: what ran it, None once gone)."""
+        ...
 
 
 @dataclass
@@ -76,6 +84,10 @@ class QueryRecord:
     lost_workers: list[str] = field(default_factory=list)
     stages: dict[int, StageProgress] = field(default_factory=dict)
     source: Any = field(default=None, repr=False)
+    #: Why it ran single-node, for a query that fell back.
+    fallback_reason: str | None = None
+    #: Where the finished run is recorded beyond this process (the event log), if anywhere.
+    log: RunLog | None = field(default=None, repr=False)
     _plan_text: str | None = field(default=None, repr=False)
 
     @property
@@ -126,12 +138,21 @@ class Monitor:
         self._recent: deque[QueryRecord] = deque(maxlen=keep)
 
     def begin(
-        self, sql: str, ran_on: str, owners: tuple[object, ...], source: Any = None
+        self,
+        sql: str,
+        ran_on: str,
+        owners: tuple[object, ...],
+        source: Any = None,
+        log: RunLog | None = None,
+        fallback_reason: str | None = None,
     ) -> QueryRecord:
         tags = frozenset(t for t in map(owner_tag, owners) if t is not None)
         # A weak reference: the record outlives the frame, and a plan can hold rows.
         ref = weakref.ref(source) if source is not None else None
-        record = QueryRecord(next(self._ids), sql, ran_on, tags, source=ref)
+        record = QueryRecord(
+            next(self._ids), sql, ran_on, tags, source=ref, fallback_reason=fallback_reason,
+            log=log,
+        )  # fmt: skip
         with self._lock:
             self._running[record.id] = record
         return record
@@ -146,6 +167,8 @@ class Monitor:
         with self._lock:
             self._running.pop(record.id, None)
             self._recent.append(record)
+        if record.log is not None:
+            record.log.add_run(record, record.source() if record.source else None, error)
 
     def queries(self, owner: object | None = None) -> list[QueryRecord]:
         """Running queries first, then recent ones, newest first; ``owner``'s only if given."""
@@ -191,10 +214,18 @@ class Feed:
     """The progress callback of one distributed plan: events go to the user's callback (or
     bars) and to the record of the run in progress."""
 
-    def __init__(self, sql: str, owners: tuple[object, ...], user: ProgressCallback | None) -> None:
+    def __init__(
+        self,
+        sql: str,
+        owners: tuple[object, ...],
+        user: ProgressCallback | None,
+        log: RunLog | None = None,
+    ) -> None:
         self.sql = sql
         self.owners = owners
         self.user = user
+        #: Where its runs are recorded beyond this process (the event log), if anywhere.
+        self.log = log
         self.current: QueryRecord | None = None
 
     def __call__(self, event: ProgressEvent) -> None:

@@ -93,6 +93,21 @@ INDEPENDENT: dict[str, dict[str, str]] = {
         "test_worker_stop_takes_any_drain_time": "a worker's own stop, no query",
         "test_worker_urls_read_as_written": "URL bookkeeping",
     },
+    "test_history.py": {
+        "test_each_run_is_one_record_with_stages_tasks_and_workers": (
+            "its queries run in a process of its own, which the switch does not reach"
+        ),
+        "test_the_log_holds_no_table_values": "the same process's log",
+        "test_the_history_view_shows_past_queries_in_a_browser": "the same process's log",
+        "test_filters_of_the_page_data_and_a_missing_query": "the same process's log",
+        "test_rotation_by_size_and_concurrent_writers": (
+            "its queries run in processes of their own, which the switch does not reach"
+        ),
+        "test_an_event_log_that_cannot_be_written_is_named": (
+            "the log's location is checked before anything is planned"
+        ),
+        "test_a_fallback_is_logged_with_its_reason": "a query that runs single-node anyway",
+    },
     "test_live_view.py": {
         "test_dashboard_needs_its_token_and_stays_local": "the dashboard's access rules",
     },

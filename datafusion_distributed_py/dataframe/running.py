@@ -27,6 +27,7 @@ from datafusion_distributed_py.dataframe.origin import (
     twin_of,
 )
 from datafusion_distributed_py.dataframe.results import DIRECT, RUNS, WHOLE, result_rows
+from datafusion_distributed_py.dataframe.source import Fallback
 from datafusion_distributed_py.dataframe.streams import streams_translated
 from datafusion_distributed_py.frame_methods import Handling
 from datafusion_distributed_py.monitor import MONITOR
@@ -57,7 +58,10 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         if runs and feed is not None and feed.current is None:
             distributed = isinstance(source, _internal.DistributedPlan)
             ran_on = "workers" if distributed else "coordinator"
-            record = MONITOR.begin(feed.sql, ran_on, feed.owners, source if distributed else None)
+            reason = source.reason if isinstance(source, Fallback) else None
+            record = MONITOR.begin(
+                feed.sql, ran_on, feed.owners, source if distributed else None, feed.log, reason
+            )
             feed.current = record
         try:
             while True:

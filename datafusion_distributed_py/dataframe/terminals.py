@@ -53,7 +53,8 @@ def _count(df: DataFrame) -> int:
                 feed = origin.feed
                 sql = f"{sql_of(origin)} \u2192 count()"
                 owners = feed.owners if feed is not None else (origin.owner,)
-                MONITOR.end(MONITOR.begin(sql, "workers", owners), 1, None)
+                log = feed.log if feed is not None else None
+                MONITOR.end(MONITOR.begin(sql, "workers", owners, log=log), 1, None)
                 return rows
     counted = derive(df, "count", DataFrame.aggregate, [], [_COUNT_ROWS])
     (row,) = ON_FRAME["to_pylist"](counted)
