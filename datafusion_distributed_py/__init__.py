@@ -43,6 +43,7 @@ from datafusion_distributed_py.errors import (  # noqa: E402
     WorkerError,
 )
 from datafusion_distributed_py.functions import register_functions  # noqa: E402
+from datafusion_distributed_py.metrics_endpoint import serve_metrics  # noqa: E402
 from datafusion_distributed_py.progress import ProgressEvent  # noqa: E402
 from datafusion_distributed_py.ray_cluster import RayCluster  # noqa: E402
 from datafusion_distributed_py.resolvers import dns_workers  # noqa: E402
@@ -95,6 +96,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "dns_workers",
+    "serve_metrics",
     "load_ipython_extension",
     "ran_on",
     "register_functions",

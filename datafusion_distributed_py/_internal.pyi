@@ -16,6 +16,7 @@ from datafusion_distributed_py.security import CoreSecurity
 #: This package's version; workers report it and the coordinator compares it.
 __all__ = [
     "__version__",
+    "process_meters",
     "DATAFUSION_MAJOR",
     "WIRE_CODEC_ID",
     "DistributedError",
@@ -239,6 +240,10 @@ class ReaderTable:
 
 def check_health(url: str, security: CoreSecurity | None = None, timeout: float = 5.0) -> str:
     """The standard gRPC health status of the worker at ``url`` (``"SERVING"``, ...)."""
+
+def process_meters() -> dict[str, int]:
+    """This process's meters by name: tasks started, finished, failed and running; rows and
+    bytes out and in; refused requests; memory pool, spill and kept data (``/metrics``)."""
 
 def planner_defaults() -> dict[str, str]:
     """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""

@@ -64,6 +64,8 @@ class LocalCluster:
         dashboard: serve a live page of the workers and of the queries run on them
             (:class:`~datafusion_distributed_py.dashboard.Dashboard`, on 127.0.0.1, behind
             the cluster's token); its address is :attr:`dashboard_url`.
+        metrics: each worker serves Prometheus metrics on a port of its own, on 127.0.0.1
+            (``--metrics-port``, see ``metrics_endpoint``); :attr:`metrics_urls` lists them.
 
     Example:
         >>> from datafusion import SessionContext
@@ -86,6 +88,7 @@ class LocalCluster:
         functions: Iterable[str] = (),
         restart: bool = True,
         dashboard: bool = False,
+        metrics: bool = False,
         _report_versions: list[str | None] | None = None,
     ) -> None:
         from datafusion_distributed_py.cluster_wiring import default_worker_count
@@ -118,6 +121,8 @@ class LocalCluster:
         self._options += ["--memory-limit", str(limit) if limit is not None else "none"]
         if spill_dir is not None:
             self._options += ["--spill-dir", os.fspath(spill_dir)]
+        if metrics:
+            self._options += ["--metrics-port", "0"]
         if isinstance(functions, str):
             raise TypeError(f"functions must be a list of package names, got {functions!r}")
         for package in functions:
@@ -184,6 +189,27 @@ class LocalCluster:
     def dashboard_url(self) -> str | None:
         """The dashboard's address, with the cluster's token (``dashboard=True``)."""
         return self.dashboard.url if self.dashboard is not None else None
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """Each worker's ``/metrics`` address (``metrics=True``; a restarted worker's new one),
+        else an empty list."""
+        if "--metrics-port" not in self._options:
+            return []
+        urls = []
+        for i in range(len(self.processes)):
+            deadline = time.monotonic() + START_TIMEOUT
+            while True:  # printed right after "listening on"
+                lines = self._log_path(i).read_text(errors="replace").splitlines()
+                mark = "metrics on "
+                found = [x.removeprefix(mark).strip() for x in lines if x.startswith(mark)]
+                if found or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if not found:
+                raise WorkerError(f"worker {i} serves no metrics; log {self._log_path(i)}")
+            urls.append(found[-1])
+        return urls
 
     def _serve_dashboard(self) -> Dashboard:
         from datafusion_distributed_py import _internal

@@ -308,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spill-dir", help="directory for spill files")
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port); "
+        "on --metrics-host, 127.0.0.1 by default: another interface needs the worker's token",
+    )
+    parser.add_argument("--metrics-host", default="127.0.0.1", help="interface of /metrics")
+    parser.add_argument(
         "--check",
         metavar="URL",
         help="probe: ask the worker at URL for its gRPC health; exit 0 when it serves",
@@ -359,7 +366,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
+    endpoint = None
+    if args.metrics_port is not None:
+        from datafusion_distributed_py.metrics_endpoint import serve_metrics
+
+        # Loopback needs no token; another interface takes the worker's own.
+        off_host = not is_loopback(args.metrics_host)
+        token = security.token if security is not None and off_host else None
+        try:
+            endpoint = serve_metrics(args.metrics_host, args.metrics_port, token, role="worker")
+        except (OSError, ValueError, ImportError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     print(f"listening on {worker.url}", flush=True)
+    if endpoint is not None:
+        print(f"metrics on {endpoint.url}", flush=True)
     worker.serve()
     print("stopped", flush=True)
     return 0

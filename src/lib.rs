@@ -33,6 +33,7 @@ mod coordinator;
 mod errors;
 mod file_stream;
 mod kept;
+mod meters;
 mod object_stores;
 mod operators;
 mod plan_nodes;

@@ -108,6 +108,9 @@ INDEPENDENT: dict[str, dict[str, str]] = {
         ),
         "test_a_fallback_is_logged_with_its_reason": "a query that runs single-node anyway",
     },
+    "test_metrics_endpoint.py": {
+        "test_no_open_port_without_a_token": "the endpoint's access rule, no query",
+    },
     "test_live_view.py": {
         "test_dashboard_needs_its_token_and_stays_local": "the dashboard's access rules",
     },

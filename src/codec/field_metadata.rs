@@ -21,7 +21,7 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::operators::MetadataRepair;
+use crate::operators::{MetadataRepair, TaskMeter};
 use crate::plan_nodes::{decode_marker, encode_marker};
 
 const TAG: &[u8] = b"dfdpy.metadata-repair";
@@ -167,6 +167,7 @@ pub fn decode(
     buf: &[u8],
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Option<Result<Arc<dyn ExecutionPlan>>> {
+    // Every task's fragment is marked: decoded, it is the task, counted for the meters.
     decode_marker(buf, TAG, inputs, "MetadataRepair")
-        .map(|input| input.and_then(super::repair_decoded))
+        .map(|input| input.and_then(super::repair_decoded).map(TaskMeter::wrap))
 }

@@ -186,3 +186,17 @@ fn return_freed_pages() {
         log::debug!("jemalloc did not purge its arenas (error {code})");
     }
 }
+
+/// Parts this process holds, and their bytes in memory and on disk (for the meters).
+pub fn held() -> (u64, u64, u64) {
+    let store = STORE.lock().expect("poisoned");
+    let (mut parts, mut memory, mut disk) = (0u64, 0u64, 0u64);
+    for part in store.values().flat_map(|t| t.values()) {
+        parts += 1;
+        match part.place {
+            Place::Memory { .. } => memory += part.bytes,
+            Place::Disk(_) => disk += part.bytes,
+        }
+    }
+    (parts, memory, disk)
+}

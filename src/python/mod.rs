@@ -13,6 +13,7 @@ mod health;
 mod in_memory_table;
 mod kept_insert;
 mod kept_table;
+mod meters;
 mod plan;
 mod reader_table;
 mod request;
@@ -54,6 +55,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader_table::ReaderTable>()?;
     m.add_function(wrap_pyfunction!(stream_table::unbounded_table, m)?)?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
+    m.add_function(wrap_pyfunction!(meters::process_meters, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(statement::distributed_setting, m)?)?;
     m.add_function(wrap_pyfunction!(

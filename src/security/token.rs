@@ -68,9 +68,12 @@ impl TokenCheck {
         // `ct_eq` on slices of different lengths returns false without comparing contents.
         match bool::from(given.ct_eq(expected)) {
             true => Ok(request),
-            false => Err(Status::unauthenticated(
-                "this worker requires a token: missing or wrong credentials",
-            )),
+            false => {
+                crate::meters::REQUESTS_REFUSED.add(1);
+                Err(Status::unauthenticated(
+                    "this worker requires a token: missing or wrong credentials",
+                ))
+            }
         }
     }
 }

@@ -54,6 +54,7 @@ pub fn build_worker(
     options: WorkerOptions,
 ) -> Result<Worker> {
     let runtime_env = runtime_env(&options)?;
+    crate::meters::watch_runtime(&runtime_env);
     let stores = Arc::new(WorkerStores::new(
         Arc::clone(&runtime_env),
         options.own_stores,
