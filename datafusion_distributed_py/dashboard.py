@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import hmac
 import html
-import ipaddress
 import json
-import threading
 from collections.abc import Callable
 from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from datafusion_distributed_py.local_server import LocalServer
 from datafusion_distributed_py.monitor import MONITOR
 from datafusion_distributed_py.status import ClusterStatus
 
 _COOKIE = "dfdpy_dashboard"
 
 
-class Dashboard:
+class Dashboard(LocalServer):
     """A running dashboard server.
 
     Args:
@@ -58,24 +57,13 @@ class Dashboard:
         token: str | None = None,
         query: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
-        if token is None and not _loopback(host):
-            raise ValueError(
-                f"a dashboard on {host!r} would be open to the network without a token: give "
-                "the cluster a token (Security(token=...)) or listen on 127.0.0.1"
-            )
         members = {
             "status": staticmethod(status),
             "token": token,
             "query": staticmethod(query or live_query),
         }
         handler = type("Handler", (_Handler,), members)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="dfdpy-dashboard", daemon=True
-        )
-        self._thread.start()
-        self._token = token
+        super().__init__(host, port, handler, token, "the dashboard")
 
     @property
     def url(self) -> str:
@@ -92,33 +80,9 @@ class Dashboard:
             "dashboard</a> (live: workers and queries, refreshed every second)"
         )
 
-    def close(self) -> None:
-        """Stop serving."""
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> Dashboard:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
     def __repr__(self) -> str:
         host, port = self._address()
         return f"Dashboard(http://{host}:{port}/)"
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _page() -> bytes:

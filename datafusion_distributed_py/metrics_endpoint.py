@@ -19,14 +19,13 @@ Example:
 from __future__ import annotations
 
 import hmac
-import ipaddress
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py._build import DATAFUSION_MAJOR
+from datafusion_distributed_py.local_server import LocalServer
 
 #: Counters (they only grow): meter name -> (metric name, help).
 COUNTERS = {
@@ -79,7 +78,7 @@ class _Collector:
         )
 
 
-class MetricsEndpoint:
+class MetricsEndpoint(LocalServer):
     """A running ``/metrics`` server (see :func:`serve_metrics`)."""
 
     def __init__(self, host: str, port: int, token: str | None, role: str) -> None:
@@ -90,11 +89,6 @@ class MetricsEndpoint:
                 "serving /metrics needs prometheus_client: "
                 "pip install 'datafusion-distributed-py[metrics]'"
             ) from e
-        if token is None and not _loopback(host):
-            raise ValueError(
-                f"/metrics on {host!r} would be open to the network without a token: give one "
-                "(the worker's own, Security(token=...)) or listen on 127.0.0.1"
-            )
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(role))
 
@@ -121,29 +115,13 @@ class MetricsEndpoint:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="dfdpy-metrics", daemon=True
-        )
-        self._thread.start()
+        super().__init__(host, port, Handler, token, "/metrics")
 
     @property
     def url(self) -> str:
         """``http://host:port/metrics``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/metrics"
-
-    def close(self) -> None:
-        """Stop serving."""
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> MetricsEndpoint:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        host, port = self._address()
+        return f"http://{host}:{port}/metrics"
 
 
 def serve_metrics(
@@ -152,12 +130,3 @@ def serve_metrics(
     """Serve this process's metrics at ``http://host:port/metrics`` (0: a free port) until
     ``.close()``; another interface than loopback needs ``token``."""
     return MetricsEndpoint(host, port, token, role)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import ipaddress
 import logging
 import os
 import pickle
@@ -35,6 +34,7 @@ from datafusion_distributed_py import _internal, object_stores
 from datafusion_distributed_py.config import memory_limit_bytes
 from datafusion_distributed_py.core_specs import WorkerSpec
 from datafusion_distributed_py.functions import register_all
+from datafusion_distributed_py.local_server import is_loopback
 from datafusion_distributed_py.security import Security
 
 log = logging.getLogger("datafusion_distributed_py.worker")
@@ -195,19 +195,6 @@ def load_setup(spec: str) -> Callable[[SessionContext], object]:
     if not callable(func):
         raise TypeError(f"--setup {spec!r} is not callable")
     return func
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) only reaches this machine."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
 def _advertised_host(host: str) -> str:
