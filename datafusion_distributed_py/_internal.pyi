@@ -17,6 +17,8 @@ from datafusion_distributed_py.security import CoreSecurity
 __all__ = [
     "__version__",
     "process_meters",
+    "keep_task_events",
+    "take_task_events",
     "DATAFUSION_MAJOR",
     "WIRE_CODEC_ID",
     "DistributedError",
@@ -144,8 +146,9 @@ class DistributedPlan:
     ]:
         """The stages, head first: (stage, tasks, operators, inputs); see ``plan_picture``."""
 
-    def task_metrics(self) -> list[MetricsRecord]:
-        """Per-task records of the latest run, once every worker has reported."""
+    def task_metrics(self, wait_s: float = 5.0) -> list[MetricsRecord]:
+        """Per-task records of the latest run, once every worker has reported (waiting at
+        most ``wait_s`` seconds; then what arrived)."""
 
     def operator_metrics(self) -> list[tuple[str, str, int, list[_MetricRow]]]:
         """The latest run's metrics per operator, in pre-order with stages expanded:
@@ -167,6 +170,9 @@ class DistributedPlan:
 
     def set_retries(self, on: bool) -> None:
         """Lets a lost worker cost a retry of the query (default), or not (while writing)."""
+
+    def set_trace_parent(self, traceparent: str | None) -> None:
+        """Sends the next runs' tasks under this W3C ``traceparent``; None: untraced."""
 
     def collect_streams(self, partitioned: bool = False) -> list[object]:
         """Runs the query; its batches as ``arrow_array_stream`` capsules, one per output
@@ -245,6 +251,12 @@ def process_meters() -> dict[str, int]:
     """This process's meters by name: tasks started, finished, failed and running; rows and
     bytes out and in; refused requests; memory pool, spill and kept data (``/metrics``)."""
 
+def keep_task_events(on: bool) -> None:
+    """Starts (True) or stops keeping an event of each task this process runs."""
+
+def take_task_events() -> list[dict[str, Any]]:
+    """The tasks this process ended since the last call, as event-log fields."""
+
 def planner_defaults() -> dict[str, str]:
     """datafusion-distributed's ``DistributedConfig`` defaults, as ``distributed.*`` strings."""
     ...
@@ -282,7 +294,7 @@ class KeptTable:
 class MadeBy:
     """The runs that made a kept table."""
 
-    def task_metrics(self) -> list[MetricsRecord]:
+    def task_metrics(self, wait_s: float = 5.0) -> list[MetricsRecord]:
         """Per-task records of the runs, as ``DistributedPlan.task_metrics`` gives them."""
         ...
 

@@ -66,6 +66,8 @@ class LocalCluster:
             the cluster's token); its address is :attr:`dashboard_url`.
         metrics: each worker serves Prometheus metrics on a port of its own, on 127.0.0.1
             (``--metrics-port``, see ``metrics_endpoint``); :attr:`metrics_urls` lists them.
+        event_log: each worker appends a record of each task it runs to the event log at
+            this location (``--event-log``; see ``event_log.WorkerTaskLog``).
 
     Example:
         >>> from datafusion import SessionContext
@@ -89,6 +91,7 @@ class LocalCluster:
         restart: bool = True,
         dashboard: bool = False,
         metrics: bool = False,
+        event_log: str | os.PathLike[str] | None = None,
         _report_versions: list[str | None] | None = None,
     ) -> None:
         from datafusion_distributed_py.cluster_wiring import default_worker_count
@@ -123,6 +126,8 @@ class LocalCluster:
             self._options += ["--spill-dir", os.fspath(spill_dir)]
         if metrics:
             self._options += ["--metrics-port", "0"]
+        if event_log is not None:
+            self._options += ["--event-log", os.fspath(event_log)]
         if isinstance(functions, str):
             raise TypeError(f"functions must be a list of package names, got {functions!r}")
         for package in functions:

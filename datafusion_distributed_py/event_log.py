@@ -87,13 +87,17 @@ class EventLog:
         # Object stores cannot append: the current file is written whole again each time.
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
         self._content: list[bytes] = []
-        self._queue: queue.Queue[Entry | threading.Event] = queue.Queue()
+        self._queue: queue.Queue[Entry | dict[str, Any] | threading.Event] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dfdpy-event-log", daemon=True)
         self._thread.start()
 
     def add_run(self, record: QueryRecord, source: Any, error: BaseException | None) -> None:
         """Queues ``record``'s finished run to be written (``monitor.RunLog``)."""
         self._queue.put(Entry(record, source, error))
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Queues a record ready to be written (a worker's task, ``WorkerTaskLog``)."""
+        self._queue.put(record)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Waits until every record added so far is written."""
@@ -108,7 +112,8 @@ class EventLog:
                 item.set()
                 continue
             try:
-                self._write(json.dumps(_as_event(item), separators=(",", ":")).encode() + b"\n")
+                event = item if isinstance(item, dict) else _as_event(item)
+                self._write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
             except Exception as e:  # the log must never fail a query, nor stop logging
                 _log.warning("could not write the event log at %s: %s", self.location, e)
 
@@ -152,9 +157,11 @@ def flush(timeout: float = 30.0) -> None:
         log.flush(timeout)
 
 
-def read_events(location: str) -> list[dict[str, Any]]:
-    """Every record of the event log at ``location`` (all processes' files), oldest first; a
-    line that is not a whole record (a file being written) is skipped."""
+def read_events(location: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """Every record of the event log at ``location`` (all processes' files), oldest first;
+    only those whose ``"event"`` is ``kind`` if given (``"query"``: a coordinator's runs,
+    ``"task"``: workers' tasks). A line that is not a whole record (a file being written) is
+    skipped."""
     fs, root = _filesystem(location)
     selector = pafs.FileSelector(root, allow_not_found=True)
     events: list[dict[str, Any]] = []
@@ -162,7 +169,7 @@ def read_events(location: str) -> list[dict[str, Any]]:
         if not (info.base_name.startswith(PREFIX) and info.base_name.endswith(SUFFIX)):
             continue
         with fs.open_input_stream(info.path) as f:
-            events.extend(_records(f.read()))
+            events.extend(e for e in _records(f.read()) if kind is None or e.get("event") == kind)
     events.sort(key=lambda e: (e.get("started") or 0, e.get("id", "")))
     return events
 
@@ -225,6 +232,7 @@ def _as_event(entry: Entry) -> dict[str, Any]:
         "retries": r.attempt - 1,
         "lost_workers": list(r.lost_workers),
         "failure": _failure(entry.error),
+        "query_ids": sorted({t["query_id"] for t in tasks if t.get("query_id")}),
         "stages": stages,
         "tasks": tasks,
     }
@@ -245,7 +253,7 @@ def _failure(error: BaseException | None) -> dict[str, Any] | None:
 
 
 _TASK_FIELDS = (
-    "stage", "task", "tasks_in_stage", "worker_url", "output_rows", "output_bytes",
+    "query_id", "stage", "task", "tasks_in_stage", "worker_url", "output_rows", "output_bytes",
     "elapsed_compute_ms", "duration_ms", "attempt", "spill_count", "spilled_bytes",
 )  # fmt: skip
 
@@ -284,3 +292,53 @@ def _total(
         tasks = [t for t in last_stage_of if t["stage"] == last]
     values = [t[key] for t in tasks if t.get(key) is not None]
     return sum(values) if values else None
+
+
+class WorkerTaskLog:
+    """A worker's side of the event log (the worker CLI's ``--event-log``): one ``"task"``
+    record per task the worker process ran — its query's id (as the coordinator's record
+    lists it in ``query_ids``), stage, task, times, rows and bytes out and in, state — taken
+    from the core every ``interval`` seconds by a background thread.
+
+    Args:
+        location: as :class:`EventLog`'s.
+        max_bytes: as :class:`EventLog`'s.
+        worker_url: the worker's URL, written in each record.
+        interval: seconds between takes.
+    """
+
+    def __init__(
+        self, location: str, max_bytes: int, worker_url: str, interval: float = 1.0
+    ) -> None:
+        from datafusion_distributed_py import _internal
+
+        self._internal = _internal
+        self._log = writer_for(location, max_bytes)
+        self._common = {
+            "v": VERSION, "event": "task", "host": socket.gethostname(), "pid": os.getpid(),
+            "worker_url": worker_url,
+        }  # fmt: skip
+        self._interval = interval
+        self._stopped = threading.Event()
+        _internal.keep_task_events(True)
+        self._thread = threading.Thread(target=self._run, name="dfdpy-task-log", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            self.take()
+
+    def take(self) -> int:
+        """Queues the tasks ended since the last take; how many."""
+        events = self._internal.take_task_events()
+        for event in events:
+            self._log.add_record({**self._common, **event})
+        return len(events)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stops taking, after a last take, and waits until every record is written."""
+        self._stopped.set()
+        self._thread.join(timeout)
+        self.take()
+        self._internal.keep_task_events(False)
+        self._log.flush(timeout)

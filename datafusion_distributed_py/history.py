@@ -43,7 +43,7 @@ class History:
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
             if time.monotonic() - self._read_at >= self._every:
-                self._events = read_events(self.location)
+                self._events = read_events(self.location, kind="query")
                 self._read_at = time.monotonic()
             return self._events
 

@@ -37,6 +37,10 @@ COUNTERS = {
     "rows_in": ("dfdpy_rows_in", "Rows the tasks' leaves read (files, other tasks, kept data)."),
     "bytes_in": ("dfdpy_bytes_in", "Bytes the tasks' file scans read."),
     "requests_refused": ("dfdpy_grpc_requests_refused", "gRPC requests refused (wrong token)."),
+    "grpc_errors": (
+        "dfdpy_grpc_errors",
+        "gRPC calls answered with an error status, at once or inside a stream.",
+    ),
 }
 #: Gauges: meter name -> (metric name, help).
 GAUGES = {

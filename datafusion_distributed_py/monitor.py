@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from datafusion_distributed_py import tracing
 from datafusion_distributed_py.progress import ProgressCallback, ProgressEvent
 
 #: Finished queries kept per process (running ones are always kept).
@@ -88,6 +89,8 @@ class QueryRecord:
     fallback_reason: str | None = None
     #: Where the finished run is recorded beyond this process (the event log), if anywhere.
     log: RunLog | None = field(default=None, repr=False)
+    #: The run's OpenTelemetry span, when the process traces (``tracing``).
+    trace: tracing.QueryTrace | None = field(default=None, repr=False)
     _plan_text: str | None = field(default=None, repr=False)
 
     @property
@@ -153,6 +156,7 @@ class Monitor:
             next(self._ids), sql, ran_on, tags, source=ref, fallback_reason=fallback_reason,
             log=log,
         )  # fmt: skip
+        record.trace = tracing.begin(sql, ran_on, source)
         with self._lock:
             self._running[record.id] = record
         return record
@@ -167,8 +171,11 @@ class Monitor:
         with self._lock:
             self._running.pop(record.id, None)
             self._recent.append(record)
+        source = record.source() if record.source else None
+        if record.trace is not None:
+            tracing.end(record.trace, source, record.rows, error, record.fallback_reason)
         if record.log is not None:
-            record.log.add_run(record, record.source() if record.source else None, error)
+            record.log.add_run(record, source, error)
 
     def queries(self, owner: object | None = None) -> list[QueryRecord]:
         """Running queries first, then recent ones, newest first; ``owner``'s only if given."""

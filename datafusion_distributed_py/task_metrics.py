@@ -18,6 +18,7 @@ class MetricsRecord(TypedDict):
     """One task of a query's latest run, as :meth:`DistributedContext.metrics` lists them.
 
     Attributes:
+        query_id: the distributed query's id, as workers' event logs name it (one per run).
         stage: stage number (as in ``explain``).
         task: task number within the stage.
         tasks_in_stage: tasks of the stage.
@@ -32,8 +33,14 @@ class MetricsRecord(TypedDict):
             made the query run again (the earlier runs' tasks are listed too).
         spill_count: spill files the task's operators wrote (memory limit reached).
         spilled_bytes: bytes they spilled.
+        worker_pid, worker_host: the process that ran the task, and its host, when the run
+            was traced (``tracing``: an OpenTelemetry SDK is configured); else None.
+        worker_start_ns, worker_end_ns: the task's start and end on its worker's clock (Unix
+            nanoseconds), when traced.
+        traceparent: the W3C trace context the task ran under, when traced.
     """
 
+    query_id: str | None
     stage: int
     task: int
     tasks_in_stage: int
@@ -46,6 +53,11 @@ class MetricsRecord(TypedDict):
     attempt: int
     spill_count: int | None
     spilled_bytes: int | None
+    worker_pid: int | None
+    worker_host: str | None
+    worker_start_ns: int | None
+    worker_end_ns: int | None
+    traceparent: str | None
 
 
 def task_records(df: DataFrame) -> list[MetricsRecord]:
@@ -57,10 +69,11 @@ def task_records(df: DataFrame) -> list[MetricsRecord]:
     if isinstance(source, Fallback):
         return [
             MetricsRecord(
-                stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
+                query_id=None, stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
                 output_rows=None, output_bytes=None, elapsed_compute_ms=None,
                 duration_ms=None, ran_on="coordinator", attempt=1, spill_count=None,
-                spilled_bytes=None,
+                spilled_bytes=None, worker_pid=None, worker_host=None, worker_start_ns=None,
+                worker_end_ns=None, traceparent=None,
             )
         ]  # fmt: skip
     records: list[MetricsRecord] = source.task_metrics()

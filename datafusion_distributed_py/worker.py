@@ -302,6 +302,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--metrics-host", default="127.0.0.1", help="interface of /metrics")
     parser.add_argument(
+        "--event-log",
+        metavar="LOCATION",
+        help="append a record of each task this worker runs to the event log at LOCATION "
+        "(a directory or an s3://... URI; the format of DistributedConfig(event_log=...))",
+    )
+    parser.add_argument(
+        "--event-log-max-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="start the next event log file past this size (default 16 MiB)",
+    )
+    parser.add_argument(
         "--check",
         metavar="URL",
         help="probe: ask the worker at URL for its gRPC health; exit 0 when it serves",
@@ -365,10 +377,24 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, ImportError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+    task_log = None
+    if args.event_log:
+        from datafusion_distributed_py.event_log import WorkerTaskLog
+
+        try:
+            task_log = WorkerTaskLog(args.event_log, args.event_log_max_bytes, worker.url)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            worker.stop(0)
+            return 1
     print(f"listening on {worker.url}", flush=True)
     if endpoint is not None:
         print(f"metrics on {endpoint.url}", flush=True)
-    worker.serve()
+    try:
+        worker.serve()
+    finally:
+        if task_log is not None:
+            task_log.stop()
     print("stopped", flush=True)
     return 0
 

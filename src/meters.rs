@@ -33,6 +33,69 @@ pub static BYTES_OUT: Counter = Counter::new();
 pub static ROWS_IN: Counter = Counter::new();
 pub static BYTES_IN: Counter = Counter::new();
 pub static REQUESTS_REFUSED: Counter = Counter::new();
+/// gRPC calls this process answered with an error status, at once or inside a stream.
+pub static GRPC_ERRORS: Counter = Counter::new();
+
+/// One task this process ran, for its event log (`--event-log`).
+#[derive(Debug, Clone)]
+pub struct TaskEvent {
+    pub query_id: String,
+    pub stage: usize,
+    pub task: usize,
+    pub tasks: usize,
+    /// Unix nanoseconds: the first partition started, the last one ended.
+    pub started_ns: i64,
+    pub ended_ns: i64,
+    pub rows_out: u64,
+    pub bytes_out: u64,
+    pub rows_in: u64,
+    pub bytes_in: u64,
+    pub failed: bool,
+    /// The trace context the task ran under, if it was traced.
+    pub traceparent: Option<String>,
+}
+
+/// Kept past this many untaken, the oldest are dropped (and counted).
+const EVENTS_KEPT: usize = 100_000;
+
+/// The tasks ended since the log last took them; None while no log is kept.
+static TASK_EVENTS: Mutex<Option<Vec<TaskEvent>>> = Mutex::new(None);
+pub static TASK_EVENTS_DROPPED: Counter = Counter::new();
+
+/// Starts (or stops) keeping an event of each task this process ends.
+pub fn keep_task_events(on: bool) {
+    let mut events = TASK_EVENTS.lock().expect("poisoned");
+    match on {
+        true => {
+            events.get_or_insert_with(Vec::new);
+        }
+        false => *events = None,
+    }
+}
+
+pub fn task_events_kept() -> bool {
+    TASK_EVENTS.lock().expect("poisoned").is_some()
+}
+
+pub fn add_task_event(event: TaskEvent) {
+    if let Some(events) = TASK_EVENTS.lock().expect("poisoned").as_mut() {
+        if events.len() >= EVENTS_KEPT {
+            events.remove(0);
+            TASK_EVENTS_DROPPED.add(1);
+        }
+        events.push(event);
+    }
+}
+
+/// The tasks ended since the last call.
+pub fn take_task_events() -> Vec<TaskEvent> {
+    TASK_EVENTS
+        .lock()
+        .expect("poisoned")
+        .as_mut()
+        .map(std::mem::take)
+        .unwrap_or_default()
+}
 
 static RUNTIMES: Mutex<Vec<Weak<RuntimeEnv>>> = Mutex::new(Vec::new());
 

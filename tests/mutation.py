@@ -98,6 +98,7 @@ INDEPENDENT: dict[str, dict[str, str]] = {
             "its queries run in a process of its own, which the switch does not reach"
         ),
         "test_the_log_holds_no_table_values": "the same process's log",
+        "test_workers_log_each_task_they_ran": "the same process's log",
         "test_the_history_view_shows_past_queries_in_a_browser": "the same process's log",
         "test_filters_of_the_page_data_and_a_missing_query": "the same process's log",
         "test_rotation_by_size_and_concurrent_writers": (
@@ -110,6 +111,14 @@ INDEPENDENT: dict[str, dict[str, str]] = {
     },
     "test_metrics_endpoint.py": {
         "test_no_open_port_without_a_token": "the endpoint's access rule, no query",
+        "test_the_grafana_dashboard_reads_only_metrics_workers_serve": (
+            "the dashboard file against a scrape, no query"
+        ),
+    },
+    "test_tracing.py": {
+        "test_spans_reach_the_users_otlp_collector_from_a_program_of_its_own": (
+            "its query runs in a process of its own, which the switch does not reach"
+        ),
     },
     "test_live_view.py": {
         "test_dashboard_needs_its_token_and_stays_local": "the dashboard's access rules",

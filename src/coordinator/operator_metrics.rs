@@ -11,6 +11,8 @@ use datafusion::physical_plan::metrics::MetricValue;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_distributed::{DistributedExec, DistributedLeafExec, NetworkBoundaryExt};
 
+use crate::protocol::task_headers::is_span_metric;
+
 /// One operator of the run: its name (`AggregateExec`), its one-line display and metrics.
 pub struct OperatorMetrics {
     pub name: String,
@@ -58,7 +60,10 @@ fn walk(node: &Arc<dyn ExecutionPlan>, stage: usize, out: &mut Vec<OperatorMetri
         .unwrap_or_default()
         .trim()
         .to_string();
-    let metrics = node.metrics().map(|set| set.iter().map(row).collect());
+    // A task's span timestamps describe the task, not its root operator.
+    let metrics = node
+        .metrics()
+        .map(|set| set.iter().filter(|m| !is_span_metric(m)).map(row).collect());
     out.push(OperatorMetrics {
         name,
         line,

@@ -17,6 +17,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::task_log::TaskLog;
 use crate::errors::{as_worker_failure, worker_lost, FailureKind};
+use crate::protocol::task_headers::TaskTrace;
 use crate::runtime;
 use crate::spool::Spool;
 
@@ -45,6 +46,8 @@ pub struct Query {
     granted_at: AtomicUsize,
     /// The worker failure the latest scan ended with, as data: its text crosses FFI alone.
     pub(super) failure: Mutex<Option<FailureRecord>>,
+    /// The trace context the next runs' tasks are sent with (see `protocol::task_headers`).
+    pub(super) trace: Mutex<Option<TaskTrace>>,
 }
 
 /// A worker failure as Python's `WorkerError` carries it: the worker, the kind, the message.
@@ -62,6 +65,7 @@ impl Query {
             spool: Mutex::default(),
             granted_at: AtomicUsize::new(usize::MAX),
             failure: Mutex::default(),
+            trace: Mutex::default(),
         }
     }
 
@@ -107,6 +111,7 @@ impl Query {
             .await
             .map_err(|e| exec_datafusion_err!("planning task failed: {e}"))??;
         *self.spool.lock().expect("poisoned") = spool;
+        log.set_trace(self.trace.lock().expect("poisoned").clone());
         {
             let mut runs = self.runs.lock().expect("poisoned");
             if attempt == 1 {

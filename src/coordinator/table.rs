@@ -19,6 +19,7 @@ use datafusion::physical_plan::{collect, collect_partitioned, ExecutionPlan};
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::{project, FailureRecord, Query, Run};
 use super::root::DistributedRootExec;
+use crate::protocol::task_headers::TaskTrace;
 
 pub struct DistributedTable {
     query: Arc<Query>,
@@ -103,6 +104,7 @@ impl DistributedTable {
                 log,
                 ..
             }) => {
+                log.set_trace(self.query.trace.lock().expect("poisoned").clone());
                 let mut runs = self.query.runs.lock().expect("poisoned");
                 runs.clear();
                 runs.push((Arc::clone(&plan), log));
@@ -179,6 +181,12 @@ impl DistributedTable {
     /// Lets the query run again when a worker is lost (the default), or not.
     pub fn set_retries(&self, on: bool) {
         self.query.retries_on.store(on, Ordering::Relaxed);
+    }
+
+    /// Sends the tasks of the next runs under this W3C `traceparent` (None: untraced).
+    pub fn set_trace_parent(&self, traceparent: Option<&str>) {
+        let trace = traceparent.and_then(TaskTrace::parse);
+        *self.query.trace.lock().expect("poisoned") = trace;
     }
 }
 

@@ -10,6 +10,7 @@ use url::Url;
 use uuid::Uuid;
 
 use crate::protocol::display_url;
+use crate::protocol::task_headers::{read_span, TaskTrace, WorkerSpan};
 
 /// One task of one stage: where it ran and, once it finished, what it did.
 #[derive(Clone, Debug)]
@@ -27,6 +28,8 @@ pub struct TaskRecord {
     /// Spill files written and bytes spilled by the task's operators (memory limit reached).
     pub spill_count: Option<usize>,
     pub spilled_bytes: Option<usize>,
+    /// The task's span as its worker timed it, when the run was traced.
+    pub worker_span: Option<WorkerSpan>,
 }
 
 /// One step of a run's progress, as a [`ProgressSink`] is told it.
@@ -73,6 +76,8 @@ pub struct TaskLog {
     unsent_plan: Mutex<Option<String>>,
     /// Bytes of the plan fragments sent to workers (encoded, or as encoded in this process).
     plan_bytes: std::sync::atomic::AtomicUsize,
+    /// The trace context every task of the run is sent with (OpenTelemetry, from Python).
+    trace: Mutex<Option<TaskTrace>>,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -92,7 +97,18 @@ impl TaskLog {
             reporting: Mutex::default(),
             unsent_plan: Mutex::default(),
             plan_bytes: Default::default(),
+            trace: Mutex::default(),
         }
+    }
+
+    /// Sends every task of the run from now on under `trace`.
+    pub fn set_trace(&self, trace: Option<TaskTrace>) {
+        *self.trace.lock().expect("poisoned") = trace;
+    }
+
+    /// The trace context tasks are sent with, if the run is traced.
+    pub fn trace(&self) -> Option<TaskTrace> {
+        self.trace.lock().expect("poisoned").clone()
     }
 
     /// Counts `bytes` of a plan fragment sent to a worker.
@@ -239,6 +255,8 @@ impl TaskLog {
             };
             r.spill_count = Some(summed("spill_count"));
             r.spilled_bytes = Some(summed("spilled_bytes"));
+            // The span is the task root's; a root the worker wrapped again carries it lower.
+            r.worker_span = metrics.pre_order_plan_metrics.iter().find_map(read_span);
             r.elapsed_compute_ns = Some(
                 metrics
                     .pre_order_plan_metrics

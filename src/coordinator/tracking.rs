@@ -25,6 +25,7 @@ use crate::codec::{
 };
 use crate::errors;
 use crate::protocol::display_url;
+use crate::protocol::task_headers::TaskKey;
 
 /// How a plan fragment reaches a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +120,7 @@ impl TrackingChannel {
 impl WorkerChannel for TrackingChannel {
     async fn coordinator_channel(
         &mut self,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         mut set_plan_request: SetPlanRequest,
         c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
         metrics: ExecutionPlanMetricsSet,
@@ -138,6 +139,17 @@ impl WorkerChannel for TrackingChannel {
                 e
             })?;
         }
+        if let Some(trace) = self.log.trace() {
+            trace.add_to(&mut headers);
+        }
+        let key = &set_plan_request.task_key;
+        TaskKey {
+            query_id: key.query_id.to_string(),
+            stage: key.stage_id,
+            task: key.task_number,
+            tasks: set_plan_request.task_count,
+        }
+        .add_to(&mut headers);
         let (stage, task) = (
             set_plan_request.task_key.stage_id,
             set_plan_request.task_key.task_number,
@@ -155,6 +167,7 @@ impl WorkerChannel for TrackingChannel {
             elapsed_compute_ns: None,
             spill_count: None,
             spilled_bytes: None,
+            worker_span: None,
         });
         let url = self.url.clone();
         let stream = self

@@ -6,8 +6,8 @@
 //! `downcast_delegate`). So a task's plan keeps its shape, which its metrics are matched
 //! by, node for node, on the coordinator.
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Result;
@@ -17,10 +17,12 @@ use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::metrics::{MetricValue, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use datafusion_distributed::NetworkBoundaryExt;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion_distributed::{BroadcastExec, NetworkBoundaryExt};
 use futures::StreamExt;
 
 use crate::meters;
+use crate::protocol::task_headers::{SpanMetrics, TaskKey, TaskTrace};
 
 #[derive(Debug)]
 pub struct TaskMeter {
@@ -35,6 +37,22 @@ struct TaskRun {
     failed: AtomicBool,
     /// The plan whose leaves' rows are counted in when the run ends.
     root: Arc<dyn ExecutionPlan>,
+    /// The task's span, timed when its request carried a trace context.
+    span: OnceLock<SpanMetrics>,
+    /// For this process's event log, when it keeps one: which task, and what it did.
+    key: OnceLock<(TaskKey, Option<String>)>,
+    started_ns: AtomicI64,
+    ended_ns: AtomicI64,
+    rows_out: AtomicU64,
+    bytes_out: AtomicU64,
+    ended_partitions: AtomicUsize,
+    logged: AtomicBool,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Drop for TaskRun {
@@ -49,6 +67,39 @@ impl Drop for TaskRun {
         let (rows, bytes) = leaves_read(&self.root);
         meters::ROWS_IN.add(rows);
         meters::BYTES_IN.add(bytes);
+        self.log_event();
+    }
+}
+
+impl TaskRun {
+    /// Adds the task's record to this process's event log, once: when its last partition
+    /// ended, or when it is dropped before that (failed, or not read to the end).
+    fn log_event(&self) {
+        let Some((key, traceparent)) = self.key.get() else {
+            return;
+        };
+        if self.logged.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let (rows_in, bytes_in) = leaves_read(&self.root);
+        meters::add_task_event(meters::TaskEvent {
+            query_id: key.query_id.clone(),
+            stage: key.stage,
+            task: key.task,
+            tasks: key.tasks,
+            started_ns: self.started_ns.load(Ordering::Relaxed),
+            // A failed task's streams may never reach their end.
+            ended_ns: match self.ended_ns.load(Ordering::Relaxed) {
+                0 => now_ns(),
+                ended => ended,
+            },
+            rows_out: self.rows_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            rows_in,
+            bytes_in,
+            failed: self.failed.load(Ordering::Relaxed),
+            traceparent: traceparent.clone(),
+        });
     }
 }
 
@@ -59,10 +110,28 @@ impl TaskMeter {
         if plan.is_network_boundary() {
             return plan;
         }
+        // The head of a shuffle's or a broadcast's producing stage is rebuilt by the worker
+        // over its input (datafusion-distributed's `ProducerHead::insert`): the task is
+        // counted below it, or the rebuilt head would leave the meter out.
+        if plan.is::<RepartitionExec>() || plan.is::<BroadcastExec>() {
+            if let [input] = plan.children().as_slice() {
+                let metered = Self::wrap(Arc::clone(input));
+                return replace_children_if_necessary(Arc::clone(&plan), vec![metered])
+                    .unwrap_or(plan);
+            }
+        }
         let task = Arc::new(TaskRun {
             started: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             root: Arc::clone(&plan),
+            span: OnceLock::new(),
+            key: OnceLock::new(),
+            started_ns: AtomicI64::new(0),
+            ended_ns: AtomicI64::new(0),
+            rows_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            ended_partitions: AtomicUsize::new(0),
+            logged: AtomicBool::new(false),
         });
         Arc::new(Self { root: plan, task })
     }
@@ -137,7 +206,11 @@ impl ExecutionPlan for TaskMeter {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        self.root.metrics()
+        let mut metrics = self.root.metrics();
+        if let Some(span) = self.task.span.get() {
+            span.add_to(metrics.get_or_insert_with(MetricsSet::new));
+        }
+        metrics
     }
 
     fn execute(
@@ -145,8 +218,18 @@ impl ExecutionPlan for TaskMeter {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let trace = ctx.session_config().get_extension::<TaskTrace>();
         if !self.task.started.swap(true, Ordering::Relaxed) {
             meters::TASKS_STARTED.add(1);
+            self.task.started_ns.store(now_ns(), Ordering::Relaxed);
+            let key = ctx.session_config().get_extension::<TaskKey>();
+            if let (Some(key), true) = (key, meters::task_events_kept()) {
+                let traceparent = trace.as_ref().map(|t| t.traceparent.clone());
+                let _ = self.task.key.set(((*key).clone(), traceparent));
+            }
+        }
+        if let Some(trace) = &trace {
+            self.task.span.get_or_init(|| SpanMetrics::start(trace));
         }
         let task = Arc::clone(&self.task);
         let stream = self.root.execute(partition, ctx);
@@ -161,13 +244,31 @@ impl ExecutionPlan for TaskMeter {
         let counted = stream.map(move |batch| {
             match &batch {
                 Ok(b) => {
-                    meters::ROWS_OUT.add(b.num_rows() as u64);
-                    meters::BYTES_OUT.add(b.get_array_memory_size() as u64);
+                    let (rows, bytes) = (b.num_rows() as u64, b.get_array_memory_size() as u64);
+                    meters::ROWS_OUT.add(rows);
+                    meters::BYTES_OUT.add(bytes);
+                    task.rows_out.fetch_add(rows, Ordering::Relaxed);
+                    task.bytes_out.fetch_add(bytes, Ordering::Relaxed);
                 }
                 Err(_) => task.failed.store(true, Ordering::Relaxed),
             }
             batch
         });
+        let ended = Arc::clone(&self.task);
+        let counted = counted.chain(
+            futures::stream::poll_fn(move |_| {
+                ended.ended_ns.fetch_max(now_ns(), Ordering::Relaxed);
+                if let Some(span) = ended.span.get() {
+                    span.partition_ended();
+                }
+                let partitions = ended.root.properties().partitioning.partition_count();
+                if ended.ended_partitions.fetch_add(1, Ordering::Relaxed) + 1 >= partitions {
+                    ended.log_event();
+                }
+                std::task::Poll::Ready(None)
+            })
+            .fuse(),
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)))
     }
 }

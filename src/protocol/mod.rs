@@ -7,6 +7,7 @@ mod in_process;
 mod peer_channel;
 mod per_partition;
 mod resolver;
+pub mod task_headers;
 mod urls;
 pub mod worker_info;
 

@@ -74,8 +74,9 @@ pub struct MadeBy {
 #[pymethods]
 impl MadeBy {
     /// Per-task records of the runs, as `DistributedPlan.task_metrics` gives them.
-    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        super::plan::task_records(py, self.runs.clone())
+    #[pyo3(signature = (wait_s=5.0))]
+    fn task_metrics<'py>(&self, py: Python<'py>, wait_s: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        super::plan::task_records(py, self.runs.clone(), wait_s)
     }
 }
 

@@ -56,6 +56,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stream_table::unbounded_table, m)?)?;
     m.add_function(wrap_pyfunction!(health::check_health, m)?)?;
     m.add_function(wrap_pyfunction!(meters::process_meters, m)?)?;
+    m.add_function(wrap_pyfunction!(meters::keep_task_events, m)?)?;
+    m.add_function(wrap_pyfunction!(meters::take_task_events, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::planner_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(statement::distributed_setting, m)?)?;
     m.add_function(wrap_pyfunction!(

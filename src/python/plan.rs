@@ -128,8 +128,9 @@ impl DistributedPlan {
     /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time,
     /// spills), after waiting for every worker's metrics; with the tasks of the runs a lost
     /// worker cut short first (their `attempt` is lower).
-    fn task_metrics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        task_records(py, self.table.runs())
+    #[pyo3(signature = (wait_s=METRICS_WAIT.as_secs_f64()))]
+    fn task_metrics<'py>(&self, py: Python<'py>, wait_s: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        task_records(py, self.table.runs(), wait_s)
     }
 
     /// The latest run's metrics per operator, in pre-order with stages expanded (see
@@ -250,6 +251,13 @@ impl DistributedPlan {
         self.table.set_retries(on);
     }
 
+    /// Sends the tasks of the next runs under this W3C `traceparent` (OpenTelemetry's
+    /// context of the query's span); None: untraced. A value that is not one is ignored.
+    #[pyo3(signature = (traceparent))]
+    fn set_trace_parent(&self, traceparent: Option<&str>) {
+        self.table.set_trace_parent(traceparent);
+    }
+
     /// The FFI table-provider protocol of datafusion-python (`ctx.read_table(plan)`).
     fn __datafusion_table_provider__<'py>(
         &self,
@@ -263,7 +271,13 @@ impl DistributedPlan {
 /// Per-task records of `runs` (one query's, in order), after waiting for every worker's
 /// metrics of the latest; with the tasks of the runs a lost worker cut short first (their
 /// `attempt` is lower).
-pub fn task_records<'py>(py: Python<'py>, runs: Vec<Run>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+/// The records of `runs`' tasks, once their metrics arrived (waiting at most `wait_s`).
+pub fn task_records<'py>(
+    py: Python<'py>,
+    runs: Vec<Run>,
+    wait_s: f64,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let wait = std::time::Duration::from_secs_f64(wait_s.clamp(0.0, 3600.0));
     let Some((plan, _)) = runs.last().cloned() else {
         return Err(PyValueError::new_err(
             "no run yet: collect the DataFrame first",
@@ -272,7 +286,7 @@ pub fn task_records<'py>(py: Python<'py>, runs: Vec<Run>) -> PyResult<Vec<Bound<
     runtime::wait_for(py, async move {
         if let Some(exec) = plan.downcast_ref::<DistributedExec>() {
             // A failed run may never report them all: then the records say what arrived.
-            let _ = tokio::time::timeout(METRICS_WAIT, exec.wait_for_metrics()).await;
+            let _ = tokio::time::timeout(wait, exec.wait_for_metrics()).await;
         }
         Ok(())
     })?;
@@ -292,6 +306,7 @@ fn metrics_record<'py>(
     attempt: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
+    d.set_item("query_id", r.query_id.to_string())?;
     d.set_item("stage", r.stage)?;
     d.set_item("task", r.task)?;
     d.set_item("tasks_in_stage", r.task_count)?;
@@ -310,5 +325,11 @@ fn metrics_record<'py>(
         "duration_ms",
         r.finished_at.map(|f| (f - r.sent_at).as_secs_f64() * 1e3),
     )?;
+    let span = r.worker_span.as_ref();
+    d.set_item("worker_pid", span.map(|s| s.pid))?;
+    d.set_item("worker_host", span.map(|s| s.host.clone()))?;
+    d.set_item("worker_start_ns", span.map(|s| s.start_ns))?;
+    d.set_item("worker_end_ns", span.map(|s| s.end_ns))?;
+    d.set_item("traceparent", span.map(|s| s.traceparent.clone()))?;
     Ok(d)
 }

@@ -12,6 +12,7 @@ use url::Url;
 
 use super::sessions::TaskSessions;
 use super::task_cache;
+use crate::protocol::task_headers::{TaskKey, TaskTrace};
 use crate::protocol::{InProcessChannelResolver, InProcessWorkers};
 
 /// An in-process cluster of `n_workers` on `runtime_env`: their URLs, the resolver that
@@ -39,9 +40,14 @@ impl EmbeddedCluster {
             let worker = Worker::from_session_builder(move |qctx: WorkerQueryContext| {
                 let channels = cell.get().cloned().unwrap_or_default();
                 let mut state = sessions.session(qctx.builder);
-                state
-                    .config_mut()
-                    .set_distributed_channel_resolver(channels);
+                let config = state.config_mut();
+                config.set_distributed_channel_resolver(channels);
+                if let Some(trace) = TaskTrace::from_headers(&qctx.headers) {
+                    config.set_extension(Arc::new(trace));
+                }
+                if let Some(key) = TaskKey::from_headers(&qctx.headers) {
+                    config.set_extension(Arc::new(key));
+                }
                 async move { Ok(state) }
             })
             .with_runtime_env(Arc::clone(&runtime_env))

@@ -1,6 +1,7 @@
 //! The worker side: what runs tasks, in worker processes and in the embedded cluster.
 mod budget;
 mod embedded;
+mod grpc_errors;
 mod server;
 mod sessions;
 mod stores;

@@ -16,11 +16,13 @@ use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use super::budget::Budget;
+use super::grpc_errors::CountErrorsLayer;
 use super::sessions::TaskSessions;
 use super::stores::WorkerStores;
 use super::task_cache;
 use crate::codec::register_window_functions;
 use crate::object_stores::StoreSpec;
+use crate::protocol::task_headers::{TaskKey, TaskTrace};
 use crate::protocol::{FixedResolver, WorkerChannels, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::security::{Security, TokenCheck};
 
@@ -87,6 +89,12 @@ fn task_session(
     // The query's own window functions travel in a header (see `window_functions`).
     register_window_functions(&mut state, &qctx.headers, &**codec)?;
     let config = state.config_mut();
+    if let Some(trace) = TaskTrace::from_headers(&qctx.headers) {
+        config.set_extension(Arc::new(trace));
+    }
+    if let Some(key) = TaskKey::from_headers(&qctx.headers) {
+        config.set_extension(Arc::new(key));
+    }
     config.set_distributed_user_codec_arc(Arc::clone(codec));
     config.set_distributed_channel_resolver(channels.clone());
     Ok(state)
@@ -105,6 +113,7 @@ impl Serving {
     pub async fn start(worker: Worker, addr: &str, security: &Security) -> Result<Self, String> {
         #[allow(unused_mut)]
         let mut server = tonic::transport::Server::builder()
+            .layer(CountErrorsLayer)
             // Drop the tasks of a coordinator that stops answering.
             .http2_keepalive_interval(Some(KEEP_ALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEP_ALIVE_TIMEOUT));

@@ -32,7 +32,8 @@ QUERIES = textwrap.dedent(
     ctx.from_pydict({"k": [i % 5 for i in range(20_000)], "s": [VALUE] * 20_000}, name="t")
     config = DistributedConfig(event_log=sys.argv[1], max_tasks_per_stage=2,
                                file_scan_config_bytes_per_partition=1)
-    with LocalCluster(2) as cluster:
+    # The workers log each task they run into the same log (the worker CLI's --event-log).
+    with LocalCluster(2, event_log=sys.argv[1]) as cluster:
         dctx = DistributedContext(ctx, workers=cluster, config=config, progress=False)
         dctx.sql("SELECT k, count(*) AS n, max(s) AS m FROM t GROUP BY k ORDER BY k").collect()
         # A subquery's result is planned into the query as a literal: not in the log either.
@@ -56,7 +57,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_each_run_is_one_record_with_stages_tasks_and_workers(logged):
-    events = read_events(str(logged))
+    events = read_events(str(logged), kind="query")
     by_sql = {e["sql"].split(" FROM")[0]: e for e in events}
     assert len(events) == 3, [e["sql"] for e in events]
     grouped = by_sql["SELECT k, count(*) AS n, max(s) AS m"]
@@ -77,8 +78,26 @@ def test_each_run_is_one_record_with_stages_tasks_and_workers(logged):
 
 def test_the_log_holds_no_table_values(logged):
     text = "".join(p.read_text() for p in logged.glob("*.jsonl"))
-    assert text.count('"v":1') == 3
+    assert text.count('"event":"query"') == 3 and '"event":"task"' in text
     assert VALUE not in text
+
+
+def test_workers_log_each_task_they_ran(logged):
+    """Each worker process writes a record per task, under the query id the coordinator's
+    record lists: the same tasks, the same rows, from both processes."""
+    grouped = next(e for e in read_events(str(logged), kind="query") if "GROUP BY" in e["sql"])
+    assert len(grouped["query_ids"]) == 1
+    tasks = [t for t in read_events(str(logged), kind="task")
+             if t["query_id"] in grouped["query_ids"]]  # fmt: skip
+    assert len({t["pid"] for t in tasks}) == 2
+    assert {t["worker_url"] for t in tasks} == {t["worker_url"] for t in grouped["tasks"]}
+    by_key = {(t["stage"], t["task"]): t for t in tasks}
+    assert len(by_key) == len(tasks) == len(grouped["tasks"])
+    for seen in grouped["tasks"]:
+        ran = by_key[(seen["stage"], seen["task"])]
+        assert ran["worker_url"] == seen["worker_url"] and ran["state"] == "finished"
+        assert ran["output_rows"] == seen["output_rows"]
+        assert ran["finished"] >= ran["started"] >= grouped["started"] - 1
 
 
 def test_the_history_view_shows_past_queries_in_a_browser(logged):
@@ -92,7 +111,7 @@ def test_the_history_view_shows_past_queries_in_a_browser(logged):
         assert page.stdout is not None
         url = page.stdout.readline().strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:"), url
-        events = read_events(str(logged))
+        events = read_events(str(logged), kind="query")
         grouped = next(e for e in events if "GROUP BY" in e["sql"])
         dom = _browse(f"{url}?query={grouped['id']}", "--dump-dom")
         queries = re.findall(r'<tr class="query" data-id="([^"$]+)" data-state="(\w+)"', dom)

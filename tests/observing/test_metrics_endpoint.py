@@ -73,13 +73,36 @@ def test_a_refused_request_is_counted(cluster):
     from datafusion_distributed_py import Security
 
     (first, *_), (url, *_) = cluster.urls, cluster.metrics_urls
-    refused = scrape(url)["dfdpy_grpc_requests_refused_total"]
+    before = scrape(url)
+    refused = before["dfdpy_grpc_requests_refused_total"]
     wrong = Security(token="not-the-token")
     ctx = SessionContext()
     dctx = DistributedContext(ctx, workers=[first], security=wrong, progress=False)
     with pytest.raises(Exception, match="token"):
         dctx.sql("SELECT 1").collect()
-    assert scrape(url)["dfdpy_grpc_requests_refused_total"] > refused
+    after = scrape(url)
+    assert after["dfdpy_grpc_requests_refused_total"] > refused
+    # A refusal is answered with an error status at once: a gRPC error too.
+    assert after["dfdpy_grpc_errors_total"] > before["dfdpy_grpc_errors_total"]
+
+
+def test_an_error_inside_a_task_stream_is_a_grpc_error(cluster):
+    """A task failing on its worker ends its stream with an error status, in trailers."""
+    before = [scrape(u)["dfdpy_grpc_errors_total"] for u in cluster.metrics_urls]
+    ctx = SessionContext()
+    ctx.from_pydict({"s": [str(i) for i in range(20_000)] + ["not a number"]}, name="bad")
+    dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG, progress=False)
+    df = dctx.sql("SELECT CAST(s AS INT) AS i FROM bad")
+    with pytest.raises(Exception, match="[Cc]ast"):
+        df.collect()
+    assert ran_on(df) == "workers"
+    deadline = time.monotonic() + 10
+    while True:
+        after = [scrape(u)["dfdpy_grpc_errors_total"] for u in cluster.metrics_urls]
+        if sum(after) > sum(before) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert sum(after) > sum(before), (before, after)
 
 
 def test_the_coordinator_serves_its_own_on_request():
@@ -102,3 +125,21 @@ def test_no_open_port_without_a_token():
             urllib.request.urlopen(url, timeout=10)
         asked = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret"})
         assert b"dfdpy_tasks_started_total" in urllib.request.urlopen(asked, timeout=10).read()
+
+
+def test_the_grafana_dashboard_reads_only_metrics_workers_serve(cluster):
+    """Each panel's query names metrics a worker's /metrics really has (a renamed metric
+    would leave a panel empty)."""
+    import json
+    import re
+    from pathlib import Path
+
+    board = Path(__file__).parents[2] / "deploy" / "grafana" / "datafusion-distributed.json"
+    served = {re.sub(r"\{.*", "", name) for name in scrape(cluster.metrics_urls[0])}
+    panels = json.loads(board.read_text())["panels"]
+    named = set()
+    for panel in panels:
+        for target in panel["targets"]:
+            named |= set(re.findall(r"\bdfdpy_\w+", target["expr"]))
+    assert named and named <= served, named - served
+    assert {"dfdpy_grpc_errors_total", "dfdpy_memory_pool_used_bytes"} <= named
