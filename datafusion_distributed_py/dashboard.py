@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 from datafusion_distributed_py.local_server import LocalServer
 from datafusion_distributed_py.monitor import MONITOR
 from datafusion_distributed_py.status import ClusterStatus
+from datafusion_distributed_py.task_metrics import run_tasks
 
 _COOKIE = "dfdpy_dashboard"
 
@@ -96,9 +97,7 @@ def live_query(query_id: str) -> dict[str, Any] | None:
     if record is None:
         return None
     source = record.source() if record.source is not None else None
-    tasks: list[dict[str, Any]] = []
-    if source is not None and record.state == "finished" and hasattr(source, "task_metrics"):
-        tasks = [dict(t) for t in source.task_metrics()]
+    tasks = run_tasks(source) if record.state == "finished" else []
     return {"id": query_id, "plan": record.plan(), "tasks": tasks}
 
 

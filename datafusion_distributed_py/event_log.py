@@ -45,6 +45,7 @@ import pyarrow.fs as pafs
 
 from datafusion_distributed_py.errors import WorkerError
 from datafusion_distributed_py.monitor import QueryRecord
+from datafusion_distributed_py.task_metrics import run_tasks
 
 _log = logging.getLogger("datafusion_distributed_py")
 
@@ -162,16 +163,38 @@ def read_events(location: str, kind: str | None = None) -> list[dict[str, Any]]:
     only those whose ``"event"`` is ``kind`` if given (``"query"``: a coordinator's runs,
     ``"task"``: workers' tasks). A line that is not a whole record (a file being written) is
     skipped."""
-    fs, root = _filesystem(location)
-    selector = pafs.FileSelector(root, allow_not_found=True)
-    events: list[dict[str, Any]] = []
-    for info in fs.get_file_info(selector):
-        if not (info.base_name.startswith(PREFIX) and info.base_name.endswith(SUFFIX)):
-            continue
-        with fs.open_input_stream(info.path) as f:
-            events.extend(e for e in _records(f.read()) if kind is None or e.get("event") == kind)
-    events.sort(key=lambda e: (e.get("started") or 0, e.get("id", "")))
-    return events
+    return LogReader(location).read(kind)
+
+
+class LogReader:
+    """Reads an event log as it grows: each file from where the last read stopped (its files
+    only grow: appended here, or written again whole with more on an object store)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._fs, self._root = _filesystem(location)
+        self._read: dict[str, int] = {}  # path -> bytes of whole lines read
+        self._events: list[dict[str, Any]] = []
+
+    def read(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every record so far, oldest first (``kind`` as :func:`read_events`'s)."""
+        selector = pafs.FileSelector(self._root, allow_not_found=True)
+        grown = False
+        for info in self._fs.get_file_info(selector):
+            name = info.base_name
+            done = self._read.get(info.path, 0)
+            if not (name.startswith(PREFIX) and name.endswith(SUFFIX)) or info.size <= done:
+                continue
+            with self._fs.open_input_file(info.path) as f:
+                f.seek(done)
+                data = f.read()
+            whole = data.rfind(b"\n") + 1  # a line still being written is read next time
+            self._events.extend(_records(data[:whole]))
+            self._read[info.path] = done + whole
+            grown = grown or whole > 0
+        if grown:
+            self._events.sort(key=lambda e: (e.get("started") or 0, e.get("id", "")))
+        return [e for e in self._events if kind is None or e.get("event") == kind]
 
 
 def _records(data: bytes) -> Iterator[dict[str, Any]]:
@@ -259,12 +282,7 @@ _TASK_FIELDS = (
 
 
 def _tasks(source: Any) -> list[dict[str, Any]]:
-    if source is None or not hasattr(source, "task_metrics"):
-        return []
-    try:
-        return [{k: t.get(k) for k in _TASK_FIELDS} for t in source.task_metrics()]
-    except Exception:  # a run that failed before any task reported
-        return []
+    return [{k: t.get(k) for k in _TASK_FIELDS} for t in run_tasks(source)]
 
 
 def _operators(source: Any) -> dict[int, list[str]]:

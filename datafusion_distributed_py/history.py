@@ -27,11 +27,11 @@ import time
 from typing import Any
 
 from datafusion_distributed_py.dashboard import Dashboard
-from datafusion_distributed_py.event_log import read_events
+from datafusion_distributed_py.event_log import LogReader
 
 
 class History:
-    """The records of one event log, read again when asked after ``every`` seconds."""
+    """The records of one event log, its new lines read when asked after ``every`` seconds."""
 
     def __init__(self, location: str, every: float = 1.0) -> None:
         self.location = location
@@ -39,11 +39,12 @@ class History:
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._events: list[dict[str, Any]] = []
+        self._reader = LogReader(location)
 
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
             if time.monotonic() - self._read_at >= self._every:
-                self._events = read_events(self.location, kind="query")
+                self._events = self._reader.read(kind="query")
                 self._read_at = time.monotonic()
             return self._events
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
 from datafusion import DataFrame
@@ -84,3 +84,16 @@ def task_table(df: DataFrame) -> pa.Table:
     """:func:`task_records` as a pyarrow Table, marked for the notebook's HTML."""
     table = pa.Table.from_pylist(task_records(df))
     return table.replace_schema_metadata({METRICS_MARK: b"metrics_table"})
+
+
+def run_tasks(source: Any, wait_s: float = 5.0) -> list[dict[str, Any]]:
+    """The task records of ``source``'s latest run (a distributed plan or a kept table) as
+    plain dicts, for the dashboard, the event log and traces; ``[]`` for a source that has
+    none or cannot say. Read only for a finished run: a failed one's workers may never
+    report, and waiting for them would hold its reader ``wait_s`` seconds."""
+    if source is None or not hasattr(source, "task_metrics"):
+        return []
+    try:
+        return [dict(t) for t in source.task_metrics(wait_s=wait_s)]
+    except Exception:  # a run that never reached a worker
+        return []

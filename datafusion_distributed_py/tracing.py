@@ -146,13 +146,13 @@ def end(
 
 def _tasks(source: Any) -> list[dict[str, Any]]:
     """The run's tasks that a worker timed (a task sent before a lost worker may not be)."""
-    try:
-        # A run read to its end has its metrics within milliseconds; one stopped early (a
-        # LIMIT) may never have them all: its spans are those that came.
-        records = source.task_metrics(wait_s=METRICS_WAIT_S)
-    except Exception:  # nothing ran on workers (a kept table read, a run that never started)
-        return []
-    return [dict(t) for t in records if t.get("worker_start_ns") is not None]
+    # Imported here: the monitor imports this module, and task_metrics the frames' package.
+    from datafusion_distributed_py.task_metrics import run_tasks
+
+    # A run read to its end has its metrics within milliseconds; one stopped early (a LIMIT)
+    # may never have them all: its spans are those that came.
+    records = run_tasks(source, wait_s=METRICS_WAIT_S)
+    return [t for t in records if t.get("worker_start_ns") is not None]
 
 
 def _stage_span(

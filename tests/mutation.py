@@ -108,6 +108,7 @@ INDEPENDENT: dict[str, dict[str, str]] = {
             "the log's location is checked before anything is planned"
         ),
         "test_a_fallback_is_logged_with_its_reason": "a query that runs single-node anyway",
+        "test_a_log_is_read_as_it_grows_whole_lines_only": "the reader of a log file, no query",
     },
     "test_metrics_endpoint.py": {
         "test_no_open_port_without_a_token": "the endpoint's access rule, no query",

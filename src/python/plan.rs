@@ -128,7 +128,7 @@ impl DistributedPlan {
     /// Per-task records of the latest run (stage, task, worker, rows, bytes, compute time,
     /// spills), after waiting for every worker's metrics; with the tasks of the runs a lost
     /// worker cut short first (their `attempt` is lower).
-    #[pyo3(signature = (wait_s=METRICS_WAIT.as_secs_f64()))]
+    #[pyo3(signature = (wait_s=5.0))]
     fn task_metrics<'py>(&self, py: Python<'py>, wait_s: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
         task_records(py, self.table.runs(), wait_s)
     }

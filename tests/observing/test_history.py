@@ -191,3 +191,20 @@ def test_a_fallback_is_logged_with_its_reason(tmp_path):
     (event,) = read_events(str(tmp_path))
     assert event["ran_on"] == "coordinator" and event["fallback_reason"]
     assert json.dumps(event)  # plain JSON throughout
+
+
+def test_a_log_is_read_as_it_grows_whole_lines_only(tmp_path):
+    """The history view reads each file from where it stopped: a line still being written is
+    left for the next read, then read once."""
+    from datafusion_distributed_py.event_log import LogReader
+
+    path = tmp_path / "events-20260101T000000-host-1-abc123-0000.jsonl"
+    first = json.dumps({"v": 1, "event": "query", "id": "a", "started": 1.0})
+    path.write_text(first + '\n{"v": 1, "event": "task", "id": "b", ')
+    reader = LogReader(str(tmp_path))
+    assert [e["id"] for e in reader.read()] == ["a"]
+    with path.open("a") as f:
+        f.write('"started": 2.0}\n')
+    assert [e["id"] for e in reader.read()] == ["a", "b"]
+    assert [e["id"] for e in reader.read(kind="task")] == ["b"]
+    assert reader.read() == read_events(str(tmp_path))
