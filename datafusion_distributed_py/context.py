@@ -22,7 +22,7 @@ from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.cluster_wiring import Workers, coordinator_for, security_for
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dashboard import Dashboard
-from datafusion_distributed_py.dataframe import Fallback
+from datafusion_distributed_py.dataframe import Fallback, latest_run
 from datafusion_distributed_py.engine import Engine
 from datafusion_distributed_py.fallback_reasons import scanned_tables
 from datafusion_distributed_py.monitor import MONITOR
@@ -337,14 +337,15 @@ class DistributedContext:
             >>> _ = df.collect()
             >>> sorted(dctx.metrics(df)[0])  # doctest: +NORMALIZE_WHITESPACE
             ['attempt', 'duration_ms', 'elapsed_compute_ms', 'output_bytes', 'output_rows',
-             'ran_on', 'spill_count', 'spilled_bytes', 'stage', 'task', 'tasks_in_stage',
-             'worker_url']
+             'query_id', 'ran_on', 'spill_count', 'spilled_bytes', 'stage', 'task',
+             'tasks_in_stage', 'traceparent', 'worker_end_ns', 'worker_host', 'worker_pid',
+             'worker_start_ns', 'worker_url']
         """
-        return task_metrics.task_records(df)
+        return task_metrics.task_records(latest_run(df))
 
     def metrics_table(self, df: DataFrame) -> pa.Table:
         """:meth:`metrics` as a pyarrow Table (shown as an HTML table in a notebook)."""
-        return task_metrics.task_table(df)
+        return task_metrics.task_table(latest_run(df))
 
     def status(self) -> ClusterStatus:
         """Workers (up or down, CPU, memory, running tasks) and this context's running and

@@ -1,13 +1,14 @@
-"""``DistributedContext.metrics``: one record per task of a frame's latest run."""
+"""``DistributedContext.metrics``: one record per task of a frame's latest run; and the
+task records of a run as the dashboard, the event log and traces read them.
+
+It knows runs, not frames (the context finds a frame's latest run), so that the monitor's
+readers below the frames can use it."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
-from datafusion import DataFrame
-
-from datafusion_distributed_py.dataframe import Fallback, latest_run
 
 #: The schema metadata key that marks a table as ``metrics_table``'s (shown as HTML in a
 #: notebook, ``notebook.py``).
@@ -60,13 +61,13 @@ class MetricsRecord(TypedDict):
     traceparent: str | None
 
 
-def task_records(df: DataFrame) -> list[MetricsRecord]:
-    """The records of ``df``'s latest run; raises ``ValueError`` for a frame no
-    ``DistributedContext`` returned."""
-    source = latest_run(df)
+def task_records(source: Any) -> list[MetricsRecord]:
+    """The records of a frame's latest run (``dataframe.latest_run``): a distributed plan's
+    tasks, or one coordinator record for a query that fell back (it has no tasks); raises
+    ``ValueError`` for None, a frame no ``DistributedContext`` returned."""
     if source is None:
         raise ValueError("metrics() takes a DataFrame returned by this DistributedContext")
-    if isinstance(source, Fallback):
+    if not hasattr(source, "task_metrics"):  # a fallback: it ran single-node
         return [
             MetricsRecord(
                 query_id=None, stage=0, task=0, tasks_in_stage=1, worker_url="coordinator",
@@ -80,9 +81,9 @@ def task_records(df: DataFrame) -> list[MetricsRecord]:
     return records
 
 
-def task_table(df: DataFrame) -> pa.Table:
+def task_table(source: Any) -> pa.Table:
     """:func:`task_records` as a pyarrow Table, marked for the notebook's HTML."""
-    table = pa.Table.from_pylist(task_records(df))
+    table = pa.Table.from_pylist(task_records(source))
     return table.replace_schema_metadata({METRICS_MARK: b"metrics_table"})
 
 

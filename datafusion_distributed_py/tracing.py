@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from datafusion_distributed_py.task_metrics import run_tasks
+
 #: Span names, one per level of the tree.
 QUERY, STAGE, TASK = (
     "datafusion_distributed.query",
@@ -146,9 +148,6 @@ def end(
 
 def _tasks(source: Any) -> list[dict[str, Any]]:
     """The run's tasks that a worker timed (a task sent before a lost worker may not be)."""
-    # Imported here: the monitor imports this module, and task_metrics the frames' package.
-    from datafusion_distributed_py.task_metrics import run_tasks
-
     # A run read to its end has its metrics within milliseconds; one stopped early (a LIMIT)
     # may never have them all: its spans are those that came.
     records = run_tasks(source, wait_s=METRICS_WAIT_S)

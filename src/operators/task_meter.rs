@@ -15,9 +15,9 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::metrics::{MetricValue, MetricsSet};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion_distributed::{BroadcastExec, NetworkBoundaryExt};
 use futures::StreamExt;
 
@@ -270,5 +270,54 @@ impl ExecutionPlan for TaskMeter {
             .fuse(),
         );
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, counted)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_plan::{collect, Partitioning};
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+    use crate::protocol::task_headers::read_span;
+
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    /// A shuffle's producing stage: the worker rebuilds the head over its input, as
+    /// datafusion-distributed's `ProducerHead::insert` does; the task is still metered and
+    /// timed under the trace context its session carries.
+    #[tokio::test]
+    async fn a_shuffle_head_rebuilt_by_the_worker_keeps_the_meter() {
+        let ctx = SessionContext::new();
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let column = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column]).unwrap();
+        let input = MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap();
+        let head = RepartitionExec::try_new(input, Partitioning::RoundRobinBatch(2)).unwrap();
+        let wrapped = TaskMeter::wrap(Arc::new(head));
+        let head = wrapped
+            .downcast_ref::<RepartitionExec>()
+            .expect("still the head");
+        let rebuilt: Arc<dyn ExecutionPlan> = Arc::new(
+            RepartitionExec::try_new(Arc::clone(head.input()), Partitioning::RoundRobinBatch(3))
+                .unwrap(),
+        );
+        let mut config = ctx.copied_config();
+        config.set_extension(Arc::new(TaskTrace::parse(PARENT).unwrap()));
+        let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
+        let batches = collect(Arc::clone(&rebuilt), task_ctx).await.unwrap();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+        let metered = rebuilt.children()[0];
+        let span = read_span(&metered.metrics().expect("metrics")).expect("a span");
+        assert_eq!(span.traceparent, PARENT);
+        assert!(span.start_ns <= span.end_ns);
+        assert_eq!(
+            metered.name(),
+            "DataSourceExec",
+            "it stands in for the input unseen"
+        );
     }
 }
