@@ -186,12 +186,17 @@ pub fn is_span_metric(metric: &Metric) -> bool {
     metric.labels().iter().any(|l| l.name() == SPAN_LABEL)
 }
 
-/// This machine's name (for spans and event-log records).
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_default()
+/// This machine's name (for spans), read once per process: a traced task must not read a
+/// file to start.
+fn host_name() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 #[cfg(test)]
