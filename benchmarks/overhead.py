@@ -1,10 +1,14 @@
-"""Fixed per-query overhead and result-transfer throughput, distributed vs single-node.
+"""Fixed per-query cost by step, and result-transfer throughput, distributed vs single-node.
 
-    python -m benchmarks.overhead [--sf 1] [--runs 50]
+    python -m benchmarks.overhead [--sf 1] [--runs 200] [--workers 2]
 
-* overhead: median wall time of ``SELECT 1``, of a query over a tiny in-memory table and of
-  the same query over it kept on the workers (``CREATE TABLE AS``; single-node reads its
-  own), distributed minus single-node, in ms (planning, FFI, dispatch to workers);
+* fixed cost: the median wall time of ``SELECT 1``, of a 100-row in-memory table, of a
+  ``nation`` group-by and of the 100-row table kept on the workers (``CREATE TABLE AS``;
+  single-node reads its own), distributed minus single-node, in ms, on the embedded cluster
+  and on ``LocalCluster(N)``; then the same queries taken apart step by step (each step's
+  median): the wheel's SQL planning, our check for in-memory tables to send, the wheel's
+  physical planning (with its FFI scans of our tables), the encoding, our planning for the
+  workers (its own steps from ``DistributedPlan.steps()``), starting the run and running it;
 * transfer: ``to_arrow_table()`` of a multi-million-row scan, MB/s distributed and
   single-node, and their ratio.
 """
@@ -14,16 +18,28 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext, LocalCluster
+from datafusion_distributed_py import DistributedContext, LocalCluster, kept_data, planning
 from harness import tpch
 
+SHAPES = (
+    ("SELECT 1", "SELECT 1", "SELECT 1"),
+    ("100-row table", "SELECT sum(a) FROM t100", None),
+    ("nation group-by", "SELECT n_regionkey, count(*) FROM nation GROUP BY n_regionkey", None),
+    ("tiny kept table", "SELECT sum(a) FROM t100", "SELECT sum(a) FROM {kept}"),
+)
 
-def median_ms(run, runs: int) -> float:
-    run()  # warm-up
+
+def median_ms(run: Callable[[], Any], runs: int) -> float:
+    for _ in range(5):  # warm-up
+        run()
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -32,40 +48,79 @@ def median_ms(run, runs: int) -> float:
     return statistics.median(samples)
 
 
+def steps_ms(dctx: DistributedContext, sql: str, runs: int) -> dict[str, float]:
+    """The median of each step of running ``sql`` on ``dctx`` as ``dctx.sql(sql).collect()``
+    does, the steps called one by one."""
+    engine, ctx = dctx._engine, dctx.ctx
+    took: dict[str, list[float]] = defaultdict(list)
+
+    def timed(step: str, work: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        value = work(*args)
+        took[step].append((time.perf_counter() - start) * 1e3)
+        return value
+
+    for _ in range(runs + 5):
+        df = timed("wheel: SQL to logical plan", ctx.sql, sql)
+        timed("in-memory tables to send?", kept_data.keep_memory_tables, engine, df)
+        req = timed("request", planning.request_for, engine, engine.feed(sql))
+        fresh = ctx.create_dataframe_from_logical_plan(df.logical_plan())
+        physical = timed("wheel: physical plan (FFI scans)", fresh.execution_plan)
+        facts = planning.physical_facts(physical)
+        req.plan_bytes, wire = timed("encode", engine.wire.serialise, physical, ctx, facts, [])
+        req.codec, req.session = wire.__datafusion_physical_extension_codec__(), wire
+        made = timed("ours: plan for the workers", engine.coordinator.distribute, req)
+        timed("result types read", pa.schema, made)
+        made.collect_streams()
+        for step, seconds in made.steps():
+            group = "  run" if step in ("start run", "run") else "  planning"
+            took[f"{group}: {step}"].append(seconds * 1e3)
+    return {step: statistics.median(values[5:]) for step, values in took.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sf", type=float, default=1.0)
-    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--data", default="benchmarks/data")
     parser.add_argument("--workers", type=int, default=0, help="also measure LocalCluster(N)")
+    parser.add_argument("--no-transfer", action="store_true", help="skip the transfer part")
     args = parser.parse_args(argv)
 
     data = tpch.generate(Path(args.data) / f"sf{args.sf}-p8", args.sf, 8)
     ctx = SessionContext()
     tpch.register(ctx, data)
-    ctx.from_pydict({"a": [1, 2, 3]}, name="tiny")
+    ctx.from_pydict({"a": list(range(100))}, name="t100")
     modes = {"embedded": DistributedContext(ctx, progress=False)}
     cluster = LocalCluster(args.workers) if args.workers else None
     if cluster:
         modes[f"local{args.workers}"] = DistributedContext(ctx, workers=cluster, progress=False)
 
     try:
-        print("fixed per-query overhead (median ms; distributed minus single-node)")
         for mode, dctx in modes.items():
-            dctx.sql(f"CREATE TABLE kept_{mode} AS SELECT a FROM tiny")
-        for label, sql in (
-            ("SELECT 1", "SELECT 1"),
-            ("tiny table", "SELECT sum(a) FROM tiny"),
-            ("kept table", "SELECT sum(a) FROM {kept}"),
-        ):
-            single = median_ms(lambda s=sql: ctx.sql(s.format(kept="tiny")).collect(), args.runs)
+            dctx.sql(f"CREATE TABLE kept_{mode} AS SELECT a FROM t100")
+        print(f"fixed per-query cost (median of {args.runs} ms; distributed minus single-node)")
+        for label, sql, kept_sql in SHAPES:
+            single = median_ms(lambda s=sql: ctx.sql(s).collect(), args.runs)
             for mode, dctx in modes.items():
-                mine = sql.format(kept=f"kept_{mode}")
+                mine = (kept_sql or sql).format(kept=f"kept_{mode}")
                 dist = median_ms(lambda s=mine, d=dctx: d.sql(s).collect(), args.runs)
                 print(
-                    f"  {label:<11} {mode:<10} single {single:7.2f}  distributed {dist:7.2f}  "
-                    f"overhead {dist - single:7.2f}"
+                    f"  {label:<16} {mode:<9} single {single:6.2f}  distributed {dist:6.2f}  "
+                    f"over {dist - single:5.2f}"
                 )
+        print("\nthe same, step by step (median ms of each step)")
+        for label, sql, kept_sql in SHAPES:
+            by_mode = {
+                mode: steps_ms(dctx, (kept_sql or sql).format(kept=f"kept_{mode}"), args.runs)
+                for mode, dctx in modes.items()
+            }
+            print(f"  {label}: " + "  ".join(f"{m:>9}" for m in by_mode))
+            for step in next(iter(by_mode.values())):
+                cells = "  ".join(f"{by_mode[m].get(step, 0.0):9.3f}" for m in by_mode)
+                print(f"    {step:<34} {cells}")
+        if args.no_transfer:
+            return 0
 
         sql = "SELECT l_orderkey, l_partkey, l_quantity, l_extendedprice FROM lineitem"
         print(f"\nresult transfer: to_arrow_table() of `{sql}` (best of 3, modes taking turns)")

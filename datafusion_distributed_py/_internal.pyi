@@ -174,6 +174,11 @@ class DistributedPlan:
     def set_trace_parent(self, traceparent: str | None) -> None:
         """Sends the next runs' tasks under this W3C ``traceparent``; None: untraced."""
 
+    def __arrow_c_schema__(self, requested_schema: object | None = None) -> object:
+        """The result's schema as an ``arrow_schema`` capsule (``pa.schema(plan)``)."""
+    def steps(self) -> list[tuple[str, float]]:
+        """How long each step of the query's fixed cost took, in seconds, in order: planning
+        for the workers, then (once read whole) starting the run and running it."""
     def collect_streams(self, partitioned: bool = False) -> list[object]:
         """Runs the query; its batches as ``arrow_array_stream`` capsules, one per output
         partition when ``partitioned``, else one."""

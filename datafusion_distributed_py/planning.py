@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 
+import pyarrow as pa
 from datafusion import DataFrame
 from datafusion.expr import CopyTo, DmlStatement
 
@@ -125,7 +126,7 @@ def plan(engine: Engine, df: DataFrame, feed: Feed) -> _internal.DistributedPlan
     writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
     req.writes, req.live_interval = writes, engine.config.progress_interval
     made = engine.coordinator.distribute(req)
-    check_result_types(fresh.schema(), engine.ctx.read_table(made).schema())
+    check_result_types(fresh.schema(), pa.schema(made))
     return made
 
 

@@ -21,6 +21,7 @@ mod root;
 mod settings;
 mod stage_graph;
 mod stall_guard;
+mod step_clock;
 mod subqueries;
 mod table;
 mod task_log;

@@ -25,6 +25,7 @@ use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
 use super::lineage::Sources;
 use super::live::{busy, tasks_of, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
+use super::step_clock::StepClock;
 use super::subqueries;
 use super::task_log::{ProgressSink, TaskLog};
 use super::tracking::{TrackingChannels, Transport};
@@ -206,6 +207,8 @@ pub struct Planned {
     pub repeatable: bool,
     /// Where its worker stages spool their output, with `fault_tolerance="task"`.
     pub spool: Option<Spool>,
+    /// How long each step of planning it took.
+    pub clock: StepClock,
 }
 
 /// The longest a run again after a lost worker waits for the replacements a cluster starts.
@@ -392,6 +395,7 @@ impl ClusterPlanner {
         attempt: usize,
         spool: Option<Spool>,
     ) -> Result<Planned> {
+        let mut clock = StepClock::start();
         let resolved = self.urls()?;
         let mut urls = resolved.clone();
         let mut functions = Vec::new();
@@ -400,6 +404,7 @@ impl ClusterPlanner {
             (urls, functions) = usable.into_iter().unzip();
         }
         let workers = urls.len();
+        clock.lap("workers");
         register_all(&self.runtime_env, &req.stores)?;
         let progress = req.progress.clone();
         let watched = progress.is_some() && !req.live_interval.is_zero();
@@ -426,6 +431,7 @@ impl ClusterPlanner {
             |log: &Arc<TaskLog>| self.session_state(urls.clone(), &options, req.codec.clone(), log);
         let mut state = state_for(&log)?;
         let task_ctx = state.task_ctx();
+        clock.lap("session");
         // What cannot be decoded lost something in serialisation (a Float16 literal turned
         // Float32, an operator with no serialised form): the query runs single-node instead.
         let mut plan = match &req.plan {
@@ -442,12 +448,14 @@ impl ClusterPlanner {
                 ))
             })?,
         };
+        clock.lap("decode");
         let mut sources = Sources::default();
         if req.role != Role::Internal {
             let (resolved, kept_reads) = kept::resolve(plan, &urls).await?;
             plan = resolved;
             sources = Sources::of(&plan, kept_reads);
         }
+        clock.lap("kept tables");
         check_functions(&req.codec.by_name(), &urls, &functions)?;
         plan = plan_rewrites::restore_compression(plan, &req.compressed_tables)?;
         plan = repair_decoded(plan)?;
@@ -466,6 +474,7 @@ impl ClusterPlanner {
             Precision::Exact(n) => Some(n),
             _ => None,
         };
+        clock.lap("checks");
         let mut headers = http::HeaderMap::new();
         if matches!(self.cluster, Cluster::Remote(..)) {
             headers = stores_to_headers(&req.stores);
@@ -481,6 +490,7 @@ impl ClusterPlanner {
                 .await
                 .map_err(subquery_failed)?;
         }
+        clock.lap("subqueries");
         let mut plan = plan_rewrites::prepare(plan, state.config_options())?;
         // A write left on the coordinator (one file, an overwrite, an ordered merge) puts
         // files in place as it goes: a second run could add its rows twice.
@@ -494,7 +504,9 @@ impl ClusterPlanner {
             }
             plan = kept::keep_on_workers(plan, table, task_base, urls.clone(), target);
         }
+        clock.lap("rewrites");
         let (mut plan, task_ctx) = distribute_plan(plan, state).await?;
+        clock.lap("stages");
         if !self.is_embedded() {
             plan = plan_rewrites::carry_large_lists(plan)?;
         }
@@ -512,6 +524,7 @@ impl ClusterPlanner {
             sources,
             repeatable,
             spool,
+            clock,
         })
     }
 

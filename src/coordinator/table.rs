@@ -19,6 +19,7 @@ use datafusion::physical_plan::{collect, collect_partitioned, ExecutionPlan};
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::{project, FailureRecord, Query, Run};
 use super::root::DistributedRootExec;
+use super::step_clock::StepClock;
 use crate::protocol::task_headers::TaskTrace;
 
 pub struct DistributedTable {
@@ -31,6 +32,8 @@ pub struct DistributedTable {
     /// was planned for, instead of planning again (a plan runs at most once: its nodes hold
     /// run state such as join builds and dynamic filters).
     unused: Mutex<Option<Planned>>,
+    /// The steps of planning it at submission, then of the latest run read whole.
+    steps: Mutex<StepClock>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -50,6 +53,7 @@ impl DistributedTable {
             query: Arc::new(query),
             planned: Arc::clone(&planned.plan),
             exact_rows: planned.exact_rows,
+            steps: Mutex::new(planned.clock.clone()),
             unused: Mutex::new(Some(planned)),
         }
     }
@@ -70,6 +74,12 @@ impl DistributedTable {
     /// exactly.
     pub fn exact_rows(&self) -> Option<usize> {
         self.exact_rows
+    }
+
+    /// How long each step took: planning at submission, then (once read whole) starting
+    /// the latest run and running it.
+    pub fn steps(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.steps.lock().expect("poisoned").steps().to_vec()
     }
 
     /// The latest run of the query and its task log, if it ran.
@@ -134,12 +144,17 @@ impl DistributedTable {
         partitioned: bool,
     ) -> Result<(SchemaRef, Vec<Vec<RecordBatch>>)> {
         loop {
+            let mut clock = self.steps.lock().expect("poisoned").clone();
+            clock.restart();
             let root = self.start(None).await?;
+            clock.lap("start run");
             let (schema, ctx) = (root.schema(), root.task_ctx());
             let parts = match partitioned {
                 true => collect_partitioned(root, ctx).await,
                 false => collect(root, ctx).await.map(|batches| vec![batches]),
             };
+            clock.lap("run");
+            *self.steps.lock().expect("poisoned") = clock;
             match parts {
                 Err(_) if self.query.may_run_again() => continue,
                 parts => {

@@ -77,13 +77,16 @@ pub fn export_table<'py>(
         let local: Arc<dyn TaskContextProvider> = BUILTINS.clone();
         FFI_TaskContextProvider::from(&local)
     };
-    let provider = FFI_TableProvider::new(
-        table,
+    let mut provider = FFI_TableProvider::new(
+        Arc::clone(&table),
         filters,
         Some(crate::runtime::handle()),
         task_ctx_provider,
         None,
     );
+    if !filters {
+        super::ffi_scan::read_settings_only(&mut provider, &table);
+    }
     export(py, provider, "datafusion_table_provider")
 }
 

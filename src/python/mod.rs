@@ -9,6 +9,7 @@ mod capsule;
 mod coordinator;
 mod defaults;
 mod errors;
+mod ffi_scan;
 mod health;
 mod in_memory_table;
 mod kept_insert;

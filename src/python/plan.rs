@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatchIterator;
+use datafusion::arrow::ffi::FFI_ArrowSchema;
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
+use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::displayable;
 use datafusion_distributed::{
     display_plan_ascii, display_plan_graphviz, rewrite_distributed_plan_with_metrics,
@@ -222,6 +224,32 @@ impl DistributedPlan {
         let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
         let stream = FFI_ArrowArrayStream::new(Box::new(reader));
         Ok((capsule::export(py, stream, "arrow_array_stream")?, more))
+    }
+
+    /// The result's schema as an Arrow C schema (`pa.schema(plan)`): the table's, as
+    /// `ctx.read_table(plan).schema()` gives it, without exporting the table to datafusion.
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_schema__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema; // a schema is given as it is
+        let schema = FFI_ArrowSchema::try_from(self.table.schema().as_ref())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        capsule::export(py, schema, "arrow_schema")
+    }
+
+    /// How long each step of this query's fixed cost took, in seconds, in order: planning
+    /// for the workers at submission (`workers`, `session`, `decode`, `kept tables`,
+    /// `checks`, `subqueries`, `rewrites`, `stages`), then, once its result was read whole,
+    /// `start run` and `run`.
+    fn steps(&self) -> Vec<(&'static str, f64)> {
+        self.table
+            .steps()
+            .into_iter()
+            .map(|(name, took)| (name, took.as_secs_f64()))
+            .collect()
     }
 
     /// Bytes of plan fragments the latest scan sent to workers (every run of it).

@@ -10,6 +10,7 @@ import pytest
 from conftest import SPLIT_CONFIG, is_distributed
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
+from datafusion_distributed_py.dataframe import source_of
 from datafusion_distributed_py.progress import ProgressEvent, resolve
 from datafusion_distributed_py.testing import assert_distributed_equal, assert_ran_on_workers
 
@@ -130,3 +131,44 @@ def test_rust_logs_reach_python_logging(ctx, caplog):
     caplog.clear()
     DistributedContext(ctx, config=SPLIT_CONFIG).sql(GROUPED).collect()
     assert not [r for r in caplog.records if r.name.startswith("_internal")]  # quiet by default
+
+
+def rows(table: pa.Table) -> list[tuple[object, ...]]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_a_querys_fixed_cost_is_timed_step_by_step(ctx, dctx):
+    """``DistributedPlan.steps()`` (what ``benchmarks/overhead.py`` reports): planning for the
+    workers step by step, then the run, once the result was read whole."""
+    df = dctx.sql(GROUPED)
+    plan = source_of(df)
+    planned = [name for name, _ in plan.steps()]
+    assert planned == [
+        "workers", "session", "decode", "kept tables", "checks", "subqueries", "rewrites",
+        "stages",
+    ]  # fmt: skip
+    assert rows(df.to_arrow_table()) == rows(ctx.sql(GROUPED).to_arrow_table())
+    assert_ran_on_workers(df, dctx)
+    steps = dict(plan.steps())
+    assert [name for name, _ in plan.steps()][-2:] == ["start run", "run"]
+    assert all(seconds >= 0 for seconds in steps.values())
+    # The run scanned lineitem on the workers: it took longer than, say, the checks.
+    assert steps["run"] > steps["checks"]
+
+
+def test_a_kept_table_scanned_by_the_session_reads_its_settings(ctx, dctx):
+    """Our providers' FFI scan reads only the calling session's settings (``ffi_scan.rs``):
+    single-node reads of a kept table, before and after a SET, give its rows."""
+    dctx.sql("CREATE TABLE kept_flags AS SELECT l_returnflag, l_quantity FROM lineitem")
+    sql = "SELECT l_returnflag, sum(l_quantity) AS q FROM kept_flags GROUP BY l_returnflag"
+    want = rows(
+        ctx.sql(
+            "SELECT l_returnflag, sum(l_quantity) AS q FROM lineitem GROUP BY l_returnflag"
+        ).to_arrow_table()
+    )
+    assert rows(ctx.sql(sql).to_arrow_table()) == want
+    ctx.sql("SET datafusion.execution.batch_size = 100")
+    assert rows(ctx.sql(sql).to_arrow_table()) == want
+    df = dctx.sql(sql)
+    assert rows(df.to_arrow_table()) == want
+    assert_ran_on_workers(df, dctx)
