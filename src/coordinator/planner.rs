@@ -397,14 +397,6 @@ impl ClusterPlanner {
     ) -> Result<Planned> {
         let mut clock = StepClock::start();
         let resolved = self.urls()?;
-        let mut urls = resolved.clone();
-        let mut functions = Vec::new();
-        if let Cluster::Remote(_, channels, quarantine) = &self.cluster {
-            let usable = usable_workers(channels, &urls, quarantine, req.min_workers).await?;
-            (urls, functions) = usable.into_iter().unzip();
-        }
-        let workers = urls.len();
-        clock.lap("workers");
         register_all(&self.runtime_env, &req.stores)?;
         let progress = req.progress.clone();
         let watched = progress.is_some() && !req.live_interval.is_zero();
@@ -412,6 +404,33 @@ impl ClusterPlanner {
         if watched {
             watch(&log, Arc::clone(&self.observer), req.live_interval);
         }
+        let state_for = |urls: &[Url], options: &HashMap<String, String>, log: &Arc<TaskLog>| {
+            self.session_state(urls.to_vec(), options, req.codec.clone(), log)
+        };
+        // The plan is decoded while the workers answer the handshake: decoding does not
+        // depend on which of them are usable, and the answers take longer than both.
+        let decode = async {
+            let started = std::time::Instant::now();
+            let state = state_for(&resolved, &req.options, &log)?;
+            let task_ctx = state.task_ctx();
+            let session = started.elapsed();
+            let plan = decode_plan(req, &task_ctx)?;
+            Ok::<_, DataFusionError>((state, task_ctx, plan, session, started.elapsed() - session))
+        };
+        let ((urls, functions), decoded): ((Vec<Url>, Vec<Functions>), _) = match &self.cluster {
+            Cluster::Remote(_, channels, quarantine) => {
+                let handshake = usable_workers(channels, &resolved, quarantine, req.min_workers);
+                let (usable, decoded) = futures::join!(handshake, decode);
+                (usable?.into_iter().unzip(), decoded)
+            }
+            Cluster::Embedded(_) => ((resolved.clone(), Vec::new()), decode.await),
+        };
+        let (mut state, task_ctx, mut plan, session, decoding) = decoded?;
+        clock.lap("workers");
+        clock.take_out("workers", session + decoding);
+        clock.record("session", session);
+        clock.record("decode", decoding);
+        let workers = urls.len();
         // A spooling scan's runs split each stage alike, however many workers are left. A
         // write is not spooled: a task read back from the spool would not write its rows
         // again, and a run's staged commit takes only what that run wrote.
@@ -427,28 +446,9 @@ impl ClusterPlanner {
             let tasks = spool.tasks_per_stage.to_string();
             options.insert("distributed.max_tasks_per_stage".into(), tasks);
         }
-        let state_for =
-            |log: &Arc<TaskLog>| self.session_state(urls.clone(), &options, req.codec.clone(), log);
-        let mut state = state_for(&log)?;
-        let task_ctx = state.task_ctx();
-        clock.lap("session");
-        // What cannot be decoded lost something in serialisation (a Float16 literal turned
-        // Float32, an operator with no serialised form): the query runs single-node instead.
-        let mut plan = match &req.plan {
-            Some(plan) => Arc::clone(plan),
-            None => physical_plan_from_bytes_with_extension_codec(
-                &req.plan_bytes,
-                &task_ctx,
-                &*req.codec,
-            )
-            .map_err(|e| {
-                not_distributable(format!(
-                    "its plan does not survive DataFusion 55's plan serialisation ({})",
-                    e.to_string().lines().next().unwrap_or_default()
-                ))
-            })?,
-        };
-        clock.lap("decode");
+        if urls != resolved || spool.is_some() {
+            state = state_for(&urls, &options, &log)?; // planned for the workers it runs on
+        }
         let mut sources = Sources::default();
         if req.role != Role::Internal {
             let (resolved, kept_reads) = kept::resolve(plan, &urls).await?;
@@ -483,7 +483,11 @@ impl ClusterPlanner {
         pass_headers(&mut state, &headers)?;
         if subqueries::holds_subqueries(&plan) {
             // Their tasks are kept apart from the query's (its progress, metrics, explain).
-            let mut sub_state = state_for(&Arc::new(TaskLog::with_progress(None, attempt)))?;
+            let mut sub_state = state_for(
+                &urls,
+                &options,
+                &Arc::new(TaskLog::with_progress(None, attempt)),
+            )?;
             pass_headers(&mut sub_state, &headers)?;
             let codec = &*req.codec;
             plan = subqueries::run_first(plan, &sub_state, codec)
@@ -564,6 +568,24 @@ impl ClusterPlanner {
         let mut state = self.base.clone();
         *state.config_mut() = cfg;
         Ok(state)
+    }
+}
+
+/// The request's physical plan, decoded with `task_ctx`'s functions. What cannot be decoded
+/// lost something in serialisation (a Float16 literal turned Float32, an operator with no
+/// serialised form): the query runs single-node instead.
+fn decode_plan(req: &PlanRequest, task_ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+    match &req.plan {
+        Some(plan) => Ok(Arc::clone(plan)),
+        None => {
+            physical_plan_from_bytes_with_extension_codec(&req.plan_bytes, task_ctx, &*req.codec)
+                .map_err(|e| {
+                    not_distributable(format!(
+                        "its plan does not survive DataFusion 55's plan serialisation ({})",
+                        e.to_string().lines().next().unwrap_or_default()
+                    ))
+                })
+        }
     }
 }
 

@@ -31,6 +31,18 @@ impl StepClock {
         self.last = now;
     }
 
+    /// Adds a step timed elsewhere (one that overlapped others).
+    pub fn record(&mut self, name: &'static str, took: Duration) {
+        self.steps.push((name, took));
+    }
+
+    /// Takes `took` out of the step `name` (the part of it other steps account for).
+    pub fn take_out(&mut self, name: &'static str, took: Duration) {
+        if let Some(step) = self.steps.iter_mut().rev().find(|s| s.0 == name) {
+            step.1 = step.1.saturating_sub(took);
+        }
+    }
+
     /// Begins the next step here, leaving the time since the last lap out.
     pub fn restart(&mut self) {
         self.last = Instant::now();
