@@ -380,7 +380,8 @@ def test_a_kept_scan_reaches_the_core_in_the_envelope_the_core_reads_directly() 
     dctx = DistributedContext(ctx, progress=False)
     dctx.sql("CREATE TABLE kept AS VALUES (1), (2)")
     wire = dctx._engine.wire.session
-    plan_bytes = ctx.sql("SELECT count(*) FROM kept").execution_plan().to_bytes(wire)
+    # (A sum: `count(*)` is answered from the kept table's statistics, without a scan.)
+    plan_bytes = ctx.sql("SELECT sum(column1) FROM kept").execution_plan().to_bytes(wire)
     codec_id = _internal.WIRE_CODEC_ID.encode()
     envelope = b"DFPYCHN\x01" + len(codec_id).to_bytes(4, "little") + codec_id
     assert envelope + b"dfdpy.kept-scan:" in plan_bytes
@@ -413,3 +414,38 @@ def test_dataframe_api_follow_ups_read_kept_tables_where_they_are_held(workers, 
         held = _kept_bytes(dctx, "kept")
         assert held > 0, dctx.status().kept
         assert plan_bytes_sent(df) < min(held, 200_000)
+
+
+def _plan_lines(plan: object, depth: int = 0) -> list[str]:
+    lines = ["  " * depth + plan.display()]  # type: ignore[attr-defined]
+    for child in plan.children():  # type: ignore[attr-defined]
+        lines += _plan_lines(child, depth + 1)
+    return lines
+
+
+def test_a_kept_tables_counts_plan_its_joins_and_answer_count_star(ctx: SessionContext) -> None:
+    """A kept table tells the planner its parts' exact row counts (and their bytes): a small
+    one becomes the build side of a collected join over a larger table (single-node and
+    distributed), and ``count(*)`` is answered from the counts, without a scan."""
+    dctx = DistributedContext(ctx, progress=False)
+    dctx.sql(
+        "CREATE TABLE small_nation AS SELECT n_nationkey, n_name FROM nation WHERE n_regionkey = 1"
+    )
+    count = ctx.sql("SELECT count(*) AS n FROM small_nation")
+    assert "KeptScanExec" not in "\n".join(_plan_lines(count.execution_plan()))
+    want = ctx.sql("SELECT count(*) AS n FROM nation WHERE n_regionkey = 1").to_pylist()
+    assert count.to_pylist() == want
+    assert dctx.sql("SELECT count(*) AS n FROM small_nation").to_pylist() == want
+
+    # lineitem is written first; the kept table, known to be 5 rows, is built instead.
+    join = (
+        "SELECT n_name, count(*) AS n FROM lineitem JOIN small_nation "
+        "ON l_suppkey = n_nationkey GROUP BY n_name"
+    )
+    lines = _plan_lines(ctx.sql(join).execution_plan())
+    at = next(i for i, line in enumerate(lines) if "HashJoinExec" in line)
+    assert "mode=CollectLeft" in lines[at]
+    build = lines[at + 1 : at + 3]
+    assert any("KeptScanExec" in line for line in build), "\n".join(lines)
+    assert "KeptScanExec" in dctx.explain(join)
+    assert_distributed_equal(ctx, dctx, join)

@@ -309,8 +309,9 @@ def test_parts_are_never_made_again_from_changed_sources(tmp_path, change):
         else:
             dctx.sql("INSERT INTO s VALUES (2), (4)").collect()
         _lose_a_worker(cluster)
+        # (Rows are read: `count(*)` is answered from the parts' counts, lost or not.)
         with pytest.raises(Exception, match=r"kept table k .*(rewritten|took inserts)"):
-            dctx.sql("SELECT count(*) FROM k").collect()
+            dctx.sql("SELECT sum(a) FROM k").collect()
 
 
 def test_delete_and_update_of_a_kept_table_answer_as_single_node(tpch_dir, workers):
