@@ -1,5 +1,5 @@
-//! How long each step of a query's fixed cost took: planning for the workers (in
-//! [`super::planner`]) and the run that reads the result whole. `benchmarks/overhead.py`
+//! How long each step of a query's fixed cost took: planning it for the workers and the run
+//! that reads the result whole. `benchmarks/overhead.py`
 //! breaks a short query's cost over single-node into these (`DistributedPlan.steps()`).
 use std::time::{Duration, Instant};
 
