@@ -426,8 +426,12 @@ impl ClusterPlanner {
             Cluster::Embedded(_) => ((resolved.clone(), Vec::new()), decode.await),
         };
         let (mut state, task_ctx, mut plan, session, decoding) = decoded?;
-        clock.lap("workers");
-        clock.take_out("workers", session + decoding);
+        // The handshake's share: what the decoding, done meanwhile, did not hide.
+        clock.record(
+            "workers",
+            clock.elapsed().saturating_sub(session + decoding),
+        );
+        clock.restart();
         clock.record("session", session);
         clock.record("decode", decoding);
         let workers = urls.len();

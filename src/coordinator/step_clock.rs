@@ -36,11 +36,9 @@ impl StepClock {
         self.steps.push((name, took));
     }
 
-    /// Takes `took` out of the step `name` (the part of it other steps account for).
-    pub fn take_out(&mut self, name: &'static str, took: Duration) {
-        if let Some(step) = self.steps.iter_mut().rev().find(|s| s.0 == name) {
-            step.1 = step.1.saturating_sub(took);
-        }
+    /// The time since the last lap (or the start).
+    pub fn elapsed(&self) -> Duration {
+        self.last.elapsed()
     }
 
     /// Begins the next step here, leaving the time since the last lap out.

@@ -17,7 +17,11 @@ from datafusion import SessionContext, col
 from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, _internal
-from datafusion_distributed_py.testing import assert_distributed_equal, plan_bytes_sent
+from datafusion_distributed_py.testing import (
+    assert_distributed_equal,
+    assert_ran_on_workers,
+    plan_bytes_sent,
+)
 
 ROWS = 60_000
 #: In-memory tables above this travel once (small, so that the tests' tables count as big).
@@ -423,11 +427,14 @@ def _plan_lines(plan: object, depth: int = 0) -> list[str]:
     return lines
 
 
-def test_a_kept_tables_counts_plan_its_joins_and_answer_count_star(ctx: SessionContext) -> None:
+def test_a_kept_tables_counts_plan_its_joins_and_answer_count_star(
+    ctx: SessionContext, workers: LocalCluster | None
+) -> None:
     """A kept table tells the planner its parts' exact row counts (and their bytes): a small
     one becomes the build side of a collected join over a larger table (single-node and
-    distributed), and ``count(*)`` is answered from the counts, without a scan."""
-    dctx = DistributedContext(ctx, progress=False)
+    distributed, through SQL and the DataFrame API), and ``count(*)`` is answered from the
+    counts, without a scan."""
+    dctx = DistributedContext(ctx, workers, progress=False)
     dctx.sql(
         "CREATE TABLE small_nation AS SELECT n_nationkey, n_name FROM nation WHERE n_regionkey = 1"
     )
@@ -449,3 +456,14 @@ def test_a_kept_tables_counts_plan_its_joins_and_answer_count_star(ctx: SessionC
     assert any("KeptScanExec" in line for line in build), "\n".join(lines)
     assert "KeptScanExec" in dctx.explain(join)
     assert_distributed_equal(ctx, dctx, join)
+
+    # The same join built with the DataFrame API.
+    frame = (
+        dctx.table("lineitem")
+        .join(dctx.table("small_nation"), left_on="l_suppkey", right_on="n_nationkey")
+        .aggregate([col("n_name")], [f.count(col("l_suppkey")).alias("n")])
+    )
+    assert "KeptScanExec" in dctx.explain(frame)
+    got = sorted(tuple(r.values()) for r in frame.to_pylist())
+    assert got == sorted(tuple(r.values()) for r in ctx.sql(join).to_pylist())
+    assert_ran_on_workers(frame, dctx)
