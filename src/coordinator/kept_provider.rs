@@ -21,7 +21,7 @@ use crate::kept::{KeptScanExec, ReadBack};
 
 /// Reads a part the coordinator does not hold from its holder, by a query of its own.
 #[derive(Debug)]
-struct FromHolders(Weak<KeptTable>);
+pub(super) struct FromHolders(pub(super) Weak<KeptTable>);
 
 impl ReadBack for FromHolders {
     fn read(&self, scan: KeptScanExec) -> Result<SendableRecordBatchStream> {

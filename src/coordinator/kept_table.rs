@@ -17,18 +17,21 @@ use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
+use super::kept_provider::FromHolders;
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::Run;
 use super::table::DistributedTable;
-use crate::kept::{self, freed, parts_of, store, KeptPart, KeptScanExec, KeptSource, Op};
+use crate::kept::{
+    self, freed, parts_of, store, Current, KeptPart, KeptScanExec, KeptSource, Op, Planning,
+};
 use crate::runtime;
 
 pub struct KeptTable {
@@ -188,6 +191,27 @@ impl KeptTable {
     /// Whether its parts are on `planner`'s workers.
     pub fn is_on(&self, planner: &Arc<ClusterPlanner>) -> bool {
         Arc::ptr_eq(&self.planner, planner)
+    }
+
+    /// Whether the workers of a query planned `at` reach its parts: its own cluster's, an
+    /// embedded cluster's when it is on one (they share this process's store), or the same
+    /// worker processes that hold them all.
+    fn reached_from(&self, at: Planning<'_>) -> bool {
+        if Arc::as_ptr(&self.planner) as usize == at.planner {
+            return true;
+        }
+        match (self.planner.is_embedded(), at.embedded) {
+            (true, true) => true,
+            (true, false) | (false, true) => false,
+            (false, false) => {
+                let state = self.state.lock().expect("poisoned");
+                let listed = |h: &String| at.workers.iter().any(|w| w.as_str() == h);
+                state
+                    .parts
+                    .iter()
+                    .all(|p| p.holder.as_ref().is_some_and(listed))
+            }
+        }
     }
 
     /// Where its rows are: one share per holder.
@@ -351,8 +375,21 @@ impl KeptTable {
 }
 
 impl KeptSource for KeptTable {
-    fn current_parts<'a>(&'a self, workers: &'a [Url]) -> BoxFuture<'a, Result<Vec<KeptPart>>> {
-        Box::pin(self.parts_now(workers))
+    fn current<'a>(&'a self, at: Planning<'a>) -> BoxFuture<'a, Result<Current>> {
+        Box::pin(async move {
+            if self.reached_from(at) {
+                return self.parts_now(at.workers).await.map(Current::Parts);
+            }
+            log::warn!(
+                "kept table {} is held by the workers of another DistributedContext's cluster: \
+                 this query reads its rows from there, through this process",
+                self.name
+            );
+            let scan = self.scan_node(None)?;
+            let scan = scan.with_read_back(Arc::new(FromHolders(self.me.clone())));
+            let rows = collect(Arc::new(scan), Arc::new(TaskContext::default())).await?;
+            Ok(Current::Rows(rows))
+        })
     }
 
     fn mark_stale(&self) {

@@ -455,7 +455,12 @@ impl ClusterPlanner {
         }
         let mut sources = Sources::default();
         if req.role != Role::Internal {
-            let (resolved, kept_reads) = kept::resolve(plan, &urls).await?;
+            let at = kept::Planning {
+                workers: &urls,
+                planner: self as *const Self as usize,
+                embedded: self.is_embedded(),
+            };
+            let (resolved, kept_reads) = kept::resolve(plan, at).await?;
             plan = resolved;
             sources = Sources::of(&plan, kept_reads);
         }

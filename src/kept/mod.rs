@@ -19,7 +19,9 @@ pub mod store;
 
 pub use keep::{conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of};
 pub use part::KeptPart;
-pub use registry::{all, mark_stale, register, resolve, unregister, KeptReads, KeptSource};
+pub use registry::{
+    all, mark_stale, register, resolve, unregister, Current, KeptReads, KeptSource, Planning,
+};
 pub use routing::route_tasks;
 pub use scan::{
     decode as decode_scan, encode as encode_scan, freed, scale_up, task_count, KeptScanExec, Op,

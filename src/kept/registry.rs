@@ -6,8 +6,10 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use url::Url;
@@ -16,11 +18,32 @@ use uuid::Uuid;
 use super::part::KeptPart;
 use super::scan::{KeptScanExec, Op};
 
+/// The cluster a query is planned for, as a kept table it reads sees it.
+#[derive(Clone, Copy)]
+pub struct Planning<'a> {
+    /// Its workers.
+    pub workers: &'a [Url],
+    /// Its planner, by address (alive while it plans), to tell a table's own cluster.
+    pub planner: usize,
+    /// Whether its workers share this process's store (the embedded cluster).
+    pub embedded: bool,
+}
+
+/// What a query reads of a kept table.
+pub enum Current {
+    /// Its parts, where the query's workers reach them.
+    Parts(Vec<KeptPart>),
+    /// Its rows (all columns), read from the workers of the cluster holding it, which the
+    /// query's workers do not reach: they travel in the plan as an in-memory table's.
+    Rows(Vec<RecordBatch>),
+}
+
 /// A kept table as planning sees it.
 pub trait KeptSource: Send + Sync {
-    /// Its parts now, made again first when one of their holders is not among `workers` or
-    /// was found not to hold them.
-    fn current_parts<'a>(&'a self, workers: &'a [Url]) -> BoxFuture<'a, Result<Vec<KeptPart>>>;
+    /// What a query planned `at` reads of it now: its parts (made again first when one of
+    /// their holders is lost or was found not to hold them), or its rows when another
+    /// cluster holds it.
+    fn current<'a>(&'a self, at: Planning<'a>) -> BoxFuture<'a, Result<Current>>;
     /// A holder was found not to hold its parts (a worker restarted at the same address).
     fn mark_stale(&self);
     /// How many inserts it has taken: a run that read it reads the same rows again only at
@@ -62,7 +85,7 @@ pub type KeptReads = Vec<(Uuid, u64)>;
 /// which tables it read, at which version.
 pub async fn resolve(
     plan: Arc<dyn ExecutionPlan>,
-    workers: &[Url],
+    at: Planning<'_>,
 ) -> Result<(Arc<dyn ExecutionPlan>, KeptReads)> {
     let mut ids = Vec::new();
     plan.apply(|node| {
@@ -83,31 +106,44 @@ pub async fn resolve(
             // Internal runs (reading back, freeing) name their parts themselves.
             continue;
         };
-        let parts = table.current_parts(workers).await?;
+        let now = table.current(at).await?;
         read.push((id, table.version()));
-        current.insert(id, parts);
+        current.insert(id, now);
     }
     plan.transform_up(|node| {
         let Some(scan) = node.downcast_ref::<KeptScanExec>() else {
             return Ok(Transformed::no(node));
         };
-        let Some(parts) = current.get(&scan.table) else {
-            return Ok(Transformed::no(node));
-        };
-        // Every part is a worker's (a keeping run moves what met on the coordinator on to
-        // the workers); on the embedded cluster the workers share this process's store.
-        let held = parts.iter().map(|p| held_by_any(p, workers)).collect();
-        Ok(Transformed::yes(Arc::new(scan.over(held)?) as _))
+        match current.get(&scan.table) {
+            None => Ok(Transformed::no(node)),
+            Some(Current::Parts(parts)) => {
+                // Every part is a worker's (a keeping run moves what met on the coordinator
+                // on to the workers); on the embedded cluster the workers share this
+                // process's store.
+                let held = parts.iter().map(|p| held_by_any(p, at)).collect();
+                Ok(Transformed::yes(Arc::new(scan.over(held)?) as _))
+            }
+            Some(Current::Rows(rows)) => {
+                let (schema, projection) = (&scan.table_schema, scan.projection.clone());
+                let rows = MemorySourceConfig::try_new_exec(
+                    std::slice::from_ref(rows),
+                    Arc::clone(schema),
+                    projection,
+                )?;
+                Ok(Transformed::yes(rows as _))
+            }
+        }
     })
     .map(|t| (t.data, read))
 }
 
-/// `part`, named as held by the first of `workers` when it names no holder (on the embedded
-/// cluster every worker shares the coordinator's store).
-fn held_by_any(part: &KeptPart, workers: &[Url]) -> KeptPart {
+/// `part`, named as held by the first of the workers when it names no holder, or, on the
+/// embedded cluster, none of them (its workers share the coordinator's store).
+fn held_by_any(part: &KeptPart, at: Planning<'_>) -> KeptPart {
     let mut part = part.clone();
-    if part.holder.is_none() {
-        part.holder = workers.first().map(Url::to_string);
+    let listed = |h: &String| at.workers.iter().any(|w| w.as_str() == h);
+    if part.holder.is_none() || (at.embedded && !part.holder.as_ref().is_some_and(listed)) {
+        part.holder = at.workers.first().map(Url::to_string);
     }
     part
 }

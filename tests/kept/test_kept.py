@@ -467,3 +467,34 @@ def test_a_kept_tables_counts_plan_its_joins_and_answer_count_star(
     got = sorted(tuple(r.values()) for r in frame.to_pylist())
     assert got == sorted(tuple(r.values()) for r in ctx.sql(join).to_pylist())
     assert_ran_on_workers(frame, dctx)
+
+
+@pytest.mark.parametrize("keeper", ["in-memory table", "CREATE TABLE AS"])
+@pytest.mark.parametrize("first", ["embedded", "workers"])
+def test_a_table_kept_by_one_cluster_is_read_by_another_contexts_queries(
+    cluster, keeper, first, caplog
+):
+    """Two ``DistributedContext``s over one session, on different clusters: what one keeps
+    (an in-memory table sent once, a ``CREATE TABLE AS``) is read by the other's queries —
+    its rows fetched from the cluster holding it, said in a warning — equal to single-node."""
+    single, ctx = SessionContext(), SessionContext()
+    for c in (single, ctx):
+        _source(c)
+    kept_by, reader = (None, cluster) if first == "embedded" else (cluster, None)
+    keeping = DistributedContext(ctx, kept_by, config=KEEP_ABOVE, progress=False)
+    if keeper == "CREATE TABLE AS":
+        for m in (single, keeping):
+            m.sql("CREATE TABLE kept AS SELECT k, v * 2 AS w FROM src")
+    else:
+        data = {"k": [i % 7 for i in range(ROWS)], "w": [2 * i for i in range(ROWS)]}
+        for c in (single, ctx):
+            c.from_pydict(data, name="kept")
+    assert_distributed_equal(single, keeping, FOLLOW_UPS[0])
+    assert _kept_bytes(keeping, "kept") > 0
+    other = DistributedContext(ctx, reader, config=KEEP_ABOVE, progress=False)
+    for sql in FOLLOW_UPS:
+        assert_distributed_equal(single, other, sql, tolerance=1e-9)
+    assert "another DistributedContext's cluster" in caplog.text
+    # The table stays where it was kept, and its own cluster still reads it there.
+    assert _kept_bytes(other, "kept") == 0
+    assert_distributed_equal(single, keeping, FOLLOW_UPS[1])
