@@ -236,6 +236,7 @@ async fn first_rows(
     max_rows: usize,
 ) -> Result<(Vec<RecordBatch>, bool)> {
     use futures::StreamExt;
+    let batch_size = ctx.session_config().batch_size();
     let partitions = plan.properties().partitioning.partition_count();
     let streams = (0..partitions)
         .map(|p| plan.execute(p, Arc::clone(&ctx)))
@@ -251,7 +252,7 @@ async fn first_rows(
         if batch.num_rows() == 0 {
             continue;
         }
-        bytes += batch.get_array_memory_size();
+        bytes += display_bytes(&batch, batch_size);
         if bytes > max_bytes {
             // Over the budget: as many rows as its share of the bytes, at least `min_rows`.
             let total = rows + batch.num_rows();
@@ -276,4 +277,18 @@ async fn first_rows(
         more = matches!(stream.next().await, Some(Ok(_)));
     }
     Ok((batches, more))
+}
+
+/// The bytes the formatter counts `batch` for: its memory, and a batch shorter than
+/// `batch_size` up to twice that (at most a full batch's worth). Single-node's short batches
+/// are commonly built row by row, or the remainder a coalescer sliced off, and hold buffers
+/// grown by doubling, which they count; ours crossed tasks compacted. Counted so, the
+/// embedded cluster's display stops where single-node's does (worker processes' batches
+/// count the whole message they arrived in, so theirs stops sooner).
+fn display_bytes(batch: &RecordBatch, batch_size: usize) -> usize {
+    let (bytes, rows) = (batch.get_array_memory_size(), batch.num_rows().max(1));
+    match rows < batch_size {
+        true => (2 * bytes).min(bytes * batch_size / rows),
+        false => bytes,
+    }
 }
