@@ -498,3 +498,15 @@ def test_a_table_kept_by_one_cluster_is_read_by_another_contexts_queries(
     # The table stays where it was kept, and its own cluster still reads it there.
     assert _kept_bytes(other, "kept") == 0
     assert_distributed_equal(single, keeping, FOLLOW_UPS[1])
+    # Statements through the other context change it as single-node's.
+    for sql in (
+        "INSERT INTO kept SELECT k, v FROM src WHERE v < 100",
+        "DELETE FROM kept WHERE w < 50",
+    ):
+        single.sql(sql).collect()
+        other.sql(sql).collect()
+        for reader in (other, keeping):
+            assert_distributed_equal(single, reader, FOLLOW_UPS[0])
+            assert_distributed_equal(
+                single, reader, "SELECT * FROM kept WHERE w < 60 ORDER BY w, k"
+            )
