@@ -24,13 +24,13 @@ use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
-use super::kept_provider::FromHolders;
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::Run;
 use super::table::DistributedTable;
 use crate::kept::{
     self, freed, parts_of, store, Current, KeptPart, KeptScanExec, KeptSource, Op, Planning,
+    ReadBack,
 };
 use crate::runtime;
 
@@ -402,6 +402,49 @@ impl KeptSource for KeptTable {
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+}
+
+/// Reads a part the coordinator does not hold from its holder, by a query of its own.
+#[derive(Debug)]
+pub(super) struct FromHolders(pub(super) Weak<KeptTable>);
+
+impl ReadBack for FromHolders {
+    fn read(&self, scan: KeptScanExec) -> Result<SendableRecordBatchStream> {
+        let table = self
+            .0
+            .upgrade()
+            .ok_or_else(|| exec_datafusion_err!("kept table {} was dropped", scan.name))?;
+        let schema = scan.schema();
+        let whole = match scan.parts.as_slice() {
+            [part] if part.is_whole() => Some(part.store_id(table.id)),
+            _ => None,
+        };
+        if let Some(id) = whole {
+            // Rows this process holds: the original, or an insert's.
+            let state = table.state.lock().expect("poisoned");
+            let held = match state.appended.iter().find(|a| a.id == id) {
+                Some(Appended {
+                    source: AppendSource::Rows(rows),
+                    ..
+                }) => rows.clone(),
+                _ => table.original.clone().unwrap_or_default(),
+            };
+            drop(state);
+            let rows = held
+                .iter()
+                .map(|b| match &scan.projection {
+                    Some(p) => b.project(p).map_err(Into::into),
+                    None => Ok(b.clone()),
+                })
+                .collect::<Vec<_>>();
+            let stream = futures::stream::iter(rows);
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
+        }
+        let request = Arc::new(internal_request(&table.lineage, Arc::new(scan))?);
+        let planner = Arc::clone(&table.planner);
+        let rows = futures::stream::once(stream(planner, request)).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
     }
 }
 
