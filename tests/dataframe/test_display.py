@@ -56,9 +56,9 @@ def test_the_memory_limit_stops_a_stream_where_single_node_does(
     kind, frame, request, clean_formatter
 ):
     """datafusion-python's ``test_html_formatter_stream_early_termination`` on a distributed
-    frame: each memory limit cuts the rows short as it cuts single-node's, and never shows more
-    rows than single-node does (on the embedded cluster about as many, within a few
-    percent; worker processes' batches count the message they arrived in, so fewer)."""
+    frame: each memory limit cuts the rows short as it cuts single-node's — on the embedded
+    cluster at about the same row (within a few percent), on worker processes sooner (their
+    batches count the message they arrived in)."""
     workers = request.getfixturevalue("cluster") if kind == "workers" else None
     ctx = multi_batch_session()
     dctx = DistributedContext(ctx, workers=workers, progress=False)
@@ -80,7 +80,7 @@ def test_the_memory_limit_stops_a_stream_where_single_node_does(
         assert min_rows <= shown < everything
         assert "data truncated" in html.lower()
         if kind == "embedded":
-            assert 0.8 * single_shown <= shown <= 1.02 * single_shown, (shown, single_shown)
+            assert 0.8 * single_shown <= shown <= 1.05 * single_shown, (shown, single_shown)
         else:
             assert shown <= single_shown, (shown, single_shown)
 
