@@ -13,7 +13,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::kept_append::AppendExec;
-use super::kept_table::{FromHolders, KeptTable};
+use super::kept_table::KeptTable;
 
 #[async_trait]
 impl TableProvider for KeptTable {
@@ -46,8 +46,6 @@ impl TableProvider for KeptTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let me = self.me.clone();
-        let scan = self.scan_node(projection.cloned())?;
-        Ok(Arc::new(scan.with_read_back(Arc::new(FromHolders(me)))))
+        Ok(Arc::new(self.read_here(projection.cloned())?))
     }
 }

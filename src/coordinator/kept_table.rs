@@ -340,7 +340,14 @@ impl KeptTable {
         Ok((parts, sources))
     }
 
-    pub(super) fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
+    /// A scan of it read in this process: what it holds here, the rest fetched from its
+    /// holders (single-node's scan, and another cluster's query).
+    pub(super) fn read_here(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
+        let scan = self.scan_node(projection)?;
+        Ok(scan.with_read_back(Arc::new(FromHolders(self.me.clone()))))
+    }
+
+    fn scan_node(&self, projection: Option<Vec<usize>>) -> Result<KeptScanExec> {
         // Single-node reads what this process holds whole, each as one partition standing for
         // it (a distributed query is given the parts themselves, see `kept::resolve`): the
         // original rows of an in-memory table, and each insert's rows.
@@ -385,9 +392,8 @@ impl KeptSource for KeptTable {
                  this query reads its rows from there, through this process",
                 self.name
             );
-            let scan = self.scan_node(None)?;
-            let scan = scan.with_read_back(Arc::new(FromHolders(self.me.clone())));
-            let rows = collect(Arc::new(scan), Arc::new(TaskContext::default())).await?;
+            let scan = Arc::new(self.read_here(None)?);
+            let rows = collect(scan, Arc::new(TaskContext::default())).await?;
             Ok(Current::Rows(rows))
         })
     }
@@ -407,7 +413,7 @@ impl KeptSource for KeptTable {
 
 /// Reads a part the coordinator does not hold from its holder, by a query of its own.
 #[derive(Debug)]
-pub(super) struct FromHolders(pub(super) Weak<KeptTable>);
+struct FromHolders(Weak<KeptTable>);
 
 impl ReadBack for FromHolders {
     fn read(&self, scan: KeptScanExec) -> Result<SendableRecordBatchStream> {
