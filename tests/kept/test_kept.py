@@ -495,6 +495,13 @@ def test_a_table_kept_by_one_cluster_is_read_by_another_contexts_queries(
     for sql in FOLLOW_UPS:
         assert_distributed_equal(single, other, sql, tolerance=1e-9)
     assert "another DistributedContext's cluster" in caplog.text
+    # The same read built with the DataFrame API.
+    frame = other.table("kept").filter(col("k") == 3).aggregate([], [f.sum(col("w")).alias("s")])
+    expected = (
+        single.table("kept").filter(col("k") == 3).aggregate([], [f.sum(col("w")).alias("s")])
+    )
+    assert frame.to_pylist() == expected.to_pylist()
+    assert_ran_on_workers(frame, other)
     # The table stays where it was kept, and its own cluster still reads it there.
     assert _kept_bytes(other, "kept") == 0
     assert_distributed_equal(single, keeping, FOLLOW_UPS[1])
