@@ -92,6 +92,16 @@ class DistributedConfig:
             (see ``event_log.py`` and docs/observing.md). Empty (the default): none.
         event_log_max_bytes: an event log file is closed and the next one started past this
             size. Default 16 MiB.
+        adaptive: plan joins from the sizes their inputs really have: a partitioned hash join
+            whose build side's size is a guess (behind a filter, a join, an aggregate) runs
+            that side first on the workers; when it ends within ``adaptive_broadcast_bytes``
+            the join broadcasts those rows to the probe side's tasks, whose scan is then
+            pruned by the join's dynamic filter, instead of shuffling both sides.
+            ``explain`` shows each decision and the size it was made on. ``False`` plans
+            from statistics alone. Default ``True``. See docs/adaptive-joins.md.
+        adaptive_broadcast_bytes: the most bytes of build rows an adaptive join broadcasts;
+            a build side that passes it is read no further and its join stays partitioned.
+            Default 8 MiB.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -129,6 +139,8 @@ class DistributedConfig:
     spool_dir: str = ""
     event_log: str = ""
     event_log_max_bytes: int = 16 * 1024 * 1024
+    adaptive: bool = True
+    adaptive_broadcast_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -232,6 +244,8 @@ _TYPES: dict[str, type] = {
     "spool_dir": str,
     "event_log": str,
     "event_log_max_bytes": int,
+    "adaptive": bool,
+    "adaptive_broadcast_bytes": int,
 }
 
 #: Fields of this package's own, not options of the crate's planner.

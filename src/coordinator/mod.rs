@@ -6,6 +6,7 @@
 //! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`); results kept
 //! on the workers are tables of its own (`kept_table`), seen by the session as table
 //! providers (`kept_provider`) that `INSERT` appends to (`kept_append`).
+mod adaptive_joins;
 mod distribute;
 mod empty_batches;
 mod handshake;

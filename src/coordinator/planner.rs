@@ -20,6 +20,7 @@ use datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use url::Url;
 
+use super::adaptive_joins::{self, Adaptive};
 use super::distribute::{distribute_plan, planning_state};
 use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
 use super::lineage::Sources;
@@ -501,9 +502,25 @@ impl ClusterPlanner {
             let codec = &*req.codec;
             plan = subqueries::run_first(plan, &sub_state, codec)
                 .await
-                .map_err(subquery_failed)?;
+                .map_err(failed_first("a scalar subquery"))?;
         }
         clock.lap("subqueries");
+        let adaptive = Adaptive::from_options(&req.options)?;
+        if req.role != Role::Internal && adaptive_joins::worth_it(&plan, adaptive)? {
+            // Build sides run first are our work: apart from the query's tasks and progress.
+            let mut run_state = state_for(
+                &urls,
+                &options,
+                &Arc::new(TaskLog::with_progress(None, attempt)),
+            )?;
+            pass_headers(&mut run_state, &headers)?;
+            let (adapted, decisions) = adaptive_joins::plan_joins(plan, &run_state, adaptive)
+                .await
+                .map_err(failed_first("a join's build side"))?;
+            plan = adapted;
+            log.set_decisions(decisions.iter().map(|d| d.to_string()).collect());
+        }
+        clock.lap("adaptive joins");
         let mut plan = plan_rewrites::prepare(plan, state.config_options())?;
         // A write left on the coordinator (one file, an overwrite, an ordered merge) puts
         // files in place as it goes: a second run could add its rows twice.
@@ -613,9 +630,6 @@ fn spool_tasks(options: &HashMap<String, String>, workers: usize) -> usize {
     }
 }
 
-/// A scalar subquery's own error (run first, while planning) as the reason to run the query
-/// single-node, where it fails the same way when it runs; the workers' failures stay as they
-/// are.
 /// Every function the plan names that travels by name (an extension package's) is registered
 /// on every worker: one that lacks it would fail mid-query, so the query does not start there.
 fn check_functions(
@@ -637,14 +651,22 @@ fn check_functions(
     Ok(())
 }
 
-fn subquery_failed(e: DataFusionError) -> DataFusionError {
-    if is_worker_failure(&e) || is_rejected_credentials(&e) || as_not_distributable(&e).is_some() {
-        return e;
+/// The query's own error in `what` (run first, while planning) as the reason to run the query
+/// single-node, where it fails the same way when it runs; the workers' failures stay as they
+/// are.
+fn failed_first(what: &'static str) -> impl Fn(DataFusionError) -> DataFusionError {
+    move |e| {
+        if is_worker_failure(&e)
+            || is_rejected_credentials(&e)
+            || as_not_distributable(&e).is_some()
+        {
+            return e;
+        }
+        not_distributable(format!(
+            "{what} fails when run first ({})",
+            e.to_string().lines().next().unwrap_or_default()
+        ))
     }
-    not_distributable(format!(
-        "a scalar subquery fails when run first ({})",
-        e.to_string().lines().next().unwrap_or_default()
-    ))
 }
 
 /// Sends `headers` (object stores, window functions) with every task planned with `state`.

@@ -15,6 +15,9 @@ pub fn apply_options(cfg: &mut SessionConfig, options: &HashMap<String, String>)
     let mut entries: Vec<_> = options.iter().collect();
     entries.sort_by_key(|(k, _)| (k.starts_with("distributed."), k.as_str()));
     for (key, value) in entries {
+        if super::adaptive_joins::OUR_KEYS.contains(&key.as_str()) {
+            continue; // read by the planner itself
+        }
         match cfg.options_mut().set(key, value) {
             Ok(()) => {}
             Err(e) if key.starts_with("datafusion.") => {

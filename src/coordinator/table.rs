@@ -34,6 +34,8 @@ pub struct DistributedTable {
     unused: Mutex<Option<Planned>>,
     /// The steps of planning it at submission, then of the latest run read whole.
     steps: Mutex<StepClock>,
+    /// How that plan's joins were planned from their inputs' real sizes.
+    decisions: Vec<String>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -54,6 +56,7 @@ impl DistributedTable {
             planned: Arc::clone(&planned.plan),
             exact_rows: planned.exact_rows,
             steps: Mutex::new(planned.clock.clone()),
+            decisions: planned.log.decisions(),
             unused: Mutex::new(Some(planned)),
         }
     }
@@ -68,6 +71,11 @@ impl DistributedTable {
     /// The plan made when the query was submitted (what `explain` shows).
     pub fn planned(&self) -> &Arc<dyn ExecutionPlan> {
         &self.planned
+    }
+
+    /// How the plan made at submission planned its joins from their inputs' real sizes.
+    pub fn decisions(&self) -> &[String] {
+        &self.decisions
     }
 
     /// The query's row count, when the statistics of the plan made at submission know it

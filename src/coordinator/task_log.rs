@@ -78,6 +78,8 @@ pub struct TaskLog {
     plan_bytes: std::sync::atomic::AtomicUsize,
     /// The trace context every task of the run is sent with (OpenTelemetry, from Python).
     trace: Mutex<Option<TaskTrace>>,
+    /// How the run's joins were planned from their inputs' real sizes (`adaptive_joins`).
+    decisions: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -98,7 +100,18 @@ impl TaskLog {
             unsent_plan: Mutex::default(),
             plan_bytes: Default::default(),
             trace: Mutex::default(),
+            decisions: Mutex::default(),
         }
+    }
+
+    /// Records how the run's joins were planned from their inputs' real sizes.
+    pub fn set_decisions(&self, decisions: Vec<String>) {
+        *self.decisions.lock().expect("poisoned") = decisions;
+    }
+
+    /// How the run's joins were planned from their inputs' real sizes, one line each.
+    pub fn decisions(&self) -> Vec<String> {
+        self.decisions.lock().expect("poisoned").clone()
     }
 
     /// Sends every task of the run from now on under `trace`.

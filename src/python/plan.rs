@@ -116,10 +116,20 @@ impl DistributedPlan {
             })?,
             false => plan,
         };
+        let decisions = match &log {
+            Some(log) => log.decisions(),
+            None => self.table.decisions().to_vec(),
+        };
         let mut text = match format {
             "graphviz" => display_plan_graphviz(plan).map_err(to_py_err)?,
             _ => display_plan_ascii(plan.as_ref(), analyze),
         };
+        if !decisions.is_empty() && format == "text" {
+            text.push_str("Joins planned from real sizes:\n");
+            for decision in decisions {
+                text.push_str(&format!("  {decision}\n"));
+            }
+        }
         if let (Some(log), "text") = (log, format) {
             text.push_str("Tasks by worker:\n");
             text.push_str(&log.render());

@@ -1,0 +1,315 @@
+//! Joins planned from the sizes their inputs actually have.
+//!
+//! datafusion-python plans a hash join's strategy from statistics: a build side behind a filter
+//! of unknown selectivity (`p_name LIKE '%green%'`) is guessed at a fifth of its input, so a
+//! join whose build side turns out to be a hundred thousand keys is planned `Partitioned`, and
+//! both sides are hash-shuffled. Single-node, a shuffle moves rows between threads; between
+//! workers it sends the whole probe side (TPC-H q9 at SF10: all of lineitem) over the network.
+//!
+//! So before the query is cut into stages, each such join's build side runs first, on the
+//! workers, as a query of its own, and is read up to `distributed.adaptive_broadcast_bytes`:
+//! - when it ends within that, the join becomes `CollectLeft` over those rows, which the
+//!   distributed planner broadcasts to the probe side's tasks: the probe side is no longer
+//!   shuffled, and its scan is pruned by the join's dynamic filter in its own stage, filled
+//!   from the build rows that ran first;
+//! - otherwise the read stops there and the join stays partitioned (the rows read are the
+//!   price of knowing, at most the limit).
+//!
+//! Each decision, and the size it was made on, is shown by `explain` (see `Decision`).
+//! `SET distributed.adaptive = false` plans as before. Upstream, datafusion-distributed's
+//! join re-planning (#522) would do this at stage boundaries, as Spark's adaptive execution
+//! does; this is the part that needs no change to its stages.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::stats::Precision;
+use datafusion::common::{JoinType, Result};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
+use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
+use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::Partitioning;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+
+use super::distribute::distribute_plan;
+use crate::plan_rewrites;
+
+/// `distributed.adaptive`: whether joins are planned from their inputs' real sizes.
+pub const ADAPTIVE: &str = "distributed.adaptive";
+/// `distributed.adaptive_broadcast_bytes`: the most bytes of build rows broadcast.
+pub const BROADCAST_BYTES: &str = "distributed.adaptive_broadcast_bytes";
+/// Our keys among a query's `distributed.*` options (the crate does not know them).
+pub const OUR_KEYS: [&str; 2] = [ADAPTIVE, BROADCAST_BYTES];
+/// The default broadcast limit: a build side this small costs each probe task less to receive
+/// whole than the probe side costs to shuffle.
+const DEFAULT_BROADCAST_BYTES: usize = 8 * 1024 * 1024;
+/// A build side estimated at more than this many times the limit is not run first: its
+/// estimate, even a guess, says it will not be broadcast, and its run would be wasted.
+const ESTIMATE_SLACK: usize = 4;
+
+/// The settings of adaptive planning, read from (and removed from) a query's options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Adaptive {
+    pub on: bool,
+    pub broadcast_bytes: usize,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Self {
+            on: true,
+            broadcast_bytes: DEFAULT_BROADCAST_BYTES,
+        }
+    }
+}
+
+impl Adaptive {
+    /// The settings in a query's options (ours, not the crate's: `apply_options` skips them).
+    pub fn from_options(options: &HashMap<String, String>) -> Result<Self> {
+        let mut adaptive = Self::default();
+        if let Some(v) = options.get(ADAPTIVE) {
+            adaptive.on = parse(ADAPTIVE, v)?;
+        }
+        if let Some(v) = options.get(BROADCAST_BYTES) {
+            adaptive.broadcast_bytes = parse(BROADCAST_BYTES, v)?;
+        }
+        Ok(adaptive)
+    }
+}
+
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
+    value.trim().to_ascii_lowercase().parse().map_err(|_| {
+        datafusion::common::DataFusionError::Configuration(format!(
+            "invalid value {value:?} for {key}"
+        ))
+    })
+}
+
+/// What was decided for one join, and on what size: `explain` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The join's keys, as the plan shows them (`p_partkey@0 = l_partkey@1`).
+    pub keys: String,
+    pub broadcast: bool,
+    /// The build rows read, and their bytes (all of them when broadcast).
+    pub rows: usize,
+    pub bytes: usize,
+    pub limit: usize,
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (rows, bytes, limit) = (self.rows, self.bytes, self.limit);
+        match self.broadcast {
+            true => write!(
+                f,
+                "join on {}: broadcast; its build side ran first: {rows} rows, {bytes} bytes \
+                 (at most {limit} are broadcast)",
+                self.keys
+            ),
+            false => write!(
+                f,
+                "join on {}: partitioned; its build side ran first and passed {limit} bytes \
+                 after {rows} rows",
+                self.keys
+            ),
+        }
+    }
+}
+
+/// `plan` with each partitioned hash join whose build side's size is a guess planned again
+/// from that side's real size (see the module's doc), and the decisions made. A plan the
+/// re-planning cannot make whole again is returned as it was.
+pub async fn plan_joins(
+    plan: Arc<dyn ExecutionPlan>,
+    state: &SessionState,
+    adaptive: Adaptive,
+) -> Result<(Arc<dyn ExecutionPlan>, Vec<Decision>)> {
+    if !worth_it(&plan, adaptive)? {
+        return Ok((plan, Vec::new()));
+    }
+    let mut decisions = Vec::new();
+    let adapted = adapt(Arc::clone(&plan), state, adaptive, &mut decisions).await?;
+    if !decisions.iter().any(|d| d.broadcast) {
+        return Ok((plan, decisions));
+    }
+    match settle(adapted, state.config_options()) {
+        Ok(settled) => Ok((settled, decisions)),
+        Err(e) => {
+            log::warn!(
+                "joins planned from their real sizes do not make a plan ({e}); planned as before"
+            );
+            Ok((plan, Vec::new()))
+        }
+    }
+}
+
+/// Whether `plan` has a join to decide from real sizes (checked before anything is set up).
+pub fn worth_it(plan: &Arc<dyn ExecutionPlan>, adaptive: Adaptive) -> Result<bool> {
+    use datafusion::common::tree_node::TreeNode;
+    if !adaptive.on {
+        return Ok(false);
+    }
+    plan.exists(|node| {
+        Ok(node
+            .downcast_ref::<HashJoinExec>()
+            .is_some_and(|join| candidate(join, adaptive)))
+    })
+}
+
+/// Children first, so that a build side is run with its own joins already decided.
+fn adapt<'a>(
+    plan: Arc<dyn ExecutionPlan>,
+    state: &'a SessionState,
+    adaptive: Adaptive,
+    decisions: &'a mut Vec<Decision>,
+) -> BoxFuture<'a, Result<Arc<dyn ExecutionPlan>>> {
+    async move {
+        let mut children = Vec::new();
+        for child in plan.children() {
+            children.push(adapt(Arc::clone(child), state, adaptive, decisions).await?);
+        }
+        let plan = replace_children_if_necessary(plan, children)?;
+        let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
+            return Ok(plan);
+        };
+        if !candidate(join, adaptive) {
+            return Ok(plan);
+        }
+        let build = below_shuffle(join.left());
+        let keys = keys_of(join);
+        let read = read_up_to(Arc::clone(build), state, adaptive.broadcast_bytes).await?;
+        let limit = adaptive.broadcast_bytes;
+        let decision = |broadcast, rows, bytes| Decision {
+            keys: keys.clone(),
+            broadcast,
+            rows,
+            bytes,
+            limit,
+        };
+        match read {
+            Read::Over { rows } => {
+                decisions.push(decision(false, rows, limit));
+                Ok(plan)
+            }
+            Read::Whole(batches) => {
+                let rows = batches.iter().map(|b| b.num_rows()).sum();
+                let bytes = batches.iter().map(|b| b.get_array_memory_size()).sum();
+                decisions.push(decision(true, rows, bytes));
+                let rows_here = MemorySourceConfig::try_new_exec(&[batches], build.schema(), None)?;
+                let probe = Arc::clone(below_shuffle(join.right()));
+                join.builder()
+                    .with_partition_mode(PartitionMode::CollectLeft)
+                    .with_new_children(vec![rows_here, probe])?
+                    .reset_state()
+                    .build_exec()
+            }
+        }
+    }
+    .boxed()
+}
+
+/// A join worth deciding at run time: partitioned, broadcastable (its type never emits build
+/// rows, which each task of a broadcast would emit again), and its build side's size a guess
+/// not already far over the limit.
+fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> bool {
+    let broadcastable = matches!(
+        join.join_type(),
+        JoinType::Inner
+            | JoinType::Right
+            | JoinType::RightSemi
+            | JoinType::RightAnti
+            | JoinType::RightMark
+    );
+    if *join.partition_mode() != PartitionMode::Partitioned || !broadcastable || join.null_aware {
+        return false;
+    }
+    let Ok(stats) = StatisticsContext::new()
+        .compute(below_shuffle(join.left()).as_ref(), &StatisticsArgs::new())
+    else {
+        return false;
+    };
+    let rows = match stats.num_rows {
+        Precision::Inexact(rows) => rows,
+        // Known exactly, the static plan already had it; unknown, it could be anything.
+        Precision::Exact(_) | Precision::Absent => return false,
+    };
+    let row_bytes = join.left().schema().fields().len().max(1) * 8;
+    let guess = match stats.total_byte_size {
+        Precision::Inexact(b) | Precision::Exact(b) => b,
+        Precision::Absent => rows.saturating_mul(row_bytes),
+    };
+    guess <= adaptive.broadcast_bytes.saturating_mul(ESTIMATE_SLACK)
+}
+
+/// `plan` below the hash repartitions that feed a partitioned join.
+fn below_shuffle(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
+    let mut plan = plan;
+    while let Some(shuffle) = plan.downcast_ref::<RepartitionExec>() {
+        if !matches!(shuffle.partitioning(), Partitioning::Hash(..)) {
+            break;
+        }
+        plan = shuffle.input();
+    }
+    plan
+}
+
+fn keys_of(join: &HashJoinExec) -> String {
+    let keys: Vec<String> = join
+        .on()
+        .iter()
+        .map(|(l, r)| format!("{l} = {r}"))
+        .collect();
+    keys.join(", ")
+}
+
+enum Read {
+    Whole(Vec<RecordBatch>),
+    /// It passed the limit after this many rows; the rest was not computed.
+    Over {
+        rows: usize,
+    },
+}
+
+/// Runs `plan` on the workers and reads its rows while they fit in `limit` bytes.
+async fn read_up_to(
+    plan: Arc<dyn ExecutionPlan>,
+    state: &SessionState,
+    limit: usize,
+) -> Result<Read> {
+    let plan = plan_rewrites::prepare(plan, state.config_options())?;
+    let (plan, task_ctx): (_, Arc<TaskContext>) = distribute_plan(plan, state.clone()).await?;
+    let mut stream = execute_stream(plan, task_ctx)?;
+    let (mut batches, mut rows, mut bytes) = (Vec::new(), 0, 0);
+    while let Some(batch) = stream.next().await.transpose()? {
+        rows += batch.num_rows();
+        bytes += batch.get_array_memory_size();
+        if bytes > limit {
+            return Ok(Read::Over { rows });
+        }
+        if batch.num_rows() > 0 {
+            batches.push(batch);
+        }
+    }
+    Ok(Read::Whole(batches))
+}
+
+/// The plan made whole again after joins changed their mode: the distribution and orderings
+/// their parents need (a partitioned join's output was hash-partitioned, a collected one's is
+/// its probe side's), the new joins' dynamic filters pushed to the scans they probe, and
+/// DataFusion's own check of the result.
+fn settle(plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = EnsureRequirements::new().optimize(plan, config)?;
+    let plan = FilterPushdown::new_post_optimization().optimize(plan, config)?;
+    SanityCheckPlan::new().optimize(plan, config)
+}
