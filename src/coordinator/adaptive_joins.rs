@@ -100,28 +100,46 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
 pub struct Decision {
     /// The join's keys, as the plan shows them (`p_partkey@0 = l_partkey@1`).
     pub keys: String,
-    pub broadcast: bool,
-    /// The build rows read, and their bytes (all of them when broadcast).
-    pub rows: usize,
-    pub bytes: usize,
+    pub made_on: MadeOn,
+    /// The most bytes broadcast.
     pub limit: usize,
+}
+
+/// The size a join's strategy was decided on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MadeOn {
+    /// Its build side ran first and ended within the limit: broadcast.
+    Whole { rows: usize, bytes: usize },
+    /// Its build side ran first and passed the limit after `rows`: partitioned.
+    Over { rows: usize },
+    /// Its build side's estimate was far over the limit: partitioned, not run first.
+    Estimate { bytes: usize },
+}
+
+impl Decision {
+    pub fn broadcast(&self) -> bool {
+        matches!(self.made_on, MadeOn::Whole { .. })
+    }
 }
 
 impl std::fmt::Display for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (rows, bytes, limit) = (self.rows, self.bytes, self.limit);
-        match self.broadcast {
-            true => write!(
+        let (keys, limit) = (&self.keys, self.limit);
+        match self.made_on {
+            MadeOn::Whole { rows, bytes } => write!(
                 f,
-                "join on {}: broadcast; its build side ran first: {rows} rows, {bytes} bytes \
-                 (at most {limit} are broadcast)",
-                self.keys
+                "join on {keys}: broadcast; its build side ran first: {rows} rows, {bytes} \
+                 bytes (at most {limit} are broadcast)"
             ),
-            false => write!(
+            MadeOn::Over { rows } => write!(
                 f,
-                "join on {}: partitioned; its build side ran first and passed {limit} bytes \
-                 after {rows} rows",
-                self.keys
+                "join on {keys}: partitioned; its build side ran first and passed {limit} \
+                 bytes after {rows} rows"
+            ),
+            MadeOn::Estimate { bytes } => write!(
+                f,
+                "join on {keys}: partitioned; its build side is estimated at {bytes} bytes, \
+                 over {ESTIMATE_SLACK}x the {limit} broadcast, and was not run first"
             ),
         }
     }
@@ -140,7 +158,7 @@ pub async fn plan_joins(
     }
     let mut decisions = Vec::new();
     let adapted = adapt(Arc::clone(&plan), state, adaptive, &mut decisions).await?;
-    if !decisions.iter().any(|d| d.broadcast) {
+    if !decisions.iter().any(Decision::broadcast) {
         return Ok((plan, decisions));
     }
     match settle(adapted, state.config_options()) {
@@ -163,7 +181,7 @@ pub fn worth_it(plan: &Arc<dyn ExecutionPlan>, adaptive: Adaptive) -> Result<boo
     plan.exists(|node| {
         Ok(node
             .downcast_ref::<HashJoinExec>()
-            .is_some_and(|join| candidate(join, adaptive)))
+            .is_some_and(|join| !matches!(candidate(join, adaptive), Candidate::No)))
     })
 }
 
@@ -183,29 +201,30 @@ fn adapt<'a>(
         let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
             return Ok(plan);
         };
-        if !candidate(join, adaptive) {
-            return Ok(plan);
-        }
-        let build = below_shuffle(join.left());
-        let keys = keys_of(join);
-        let read = read_up_to(Arc::clone(build), state, adaptive.broadcast_bytes).await?;
         let limit = adaptive.broadcast_bytes;
-        let decision = |broadcast, rows, bytes| Decision {
-            keys: keys.clone(),
-            broadcast,
-            rows,
-            bytes,
+        let decision = |made_on| Decision {
+            keys: keys_of(join),
+            made_on,
             limit,
         };
-        match read {
+        match candidate(join, adaptive) {
+            Candidate::No => return Ok(plan),
+            Candidate::FarOver(bytes) => {
+                decisions.push(decision(MadeOn::Estimate { bytes }));
+                return Ok(plan);
+            }
+            Candidate::RunFirst => {}
+        }
+        let build = below_shuffle(join.left());
+        match read_up_to(Arc::clone(build), state, limit).await? {
             Read::Over { rows } => {
-                decisions.push(decision(false, rows, limit));
+                decisions.push(decision(MadeOn::Over { rows }));
                 Ok(plan)
             }
             Read::Whole(batches) => {
                 let rows = batches.iter().map(|b| b.num_rows()).sum();
                 let bytes = batches.iter().map(|b| b.get_array_memory_size()).sum();
-                decisions.push(decision(true, rows, bytes));
+                decisions.push(decision(MadeOn::Whole { rows, bytes }));
                 let rows_here = MemorySourceConfig::try_new_exec(&[batches], build.schema(), None)?;
                 let probe = Arc::clone(below_shuffle(join.right()));
                 join.builder()
@@ -219,10 +238,19 @@ fn adapt<'a>(
     .boxed()
 }
 
-/// A join worth deciding at run time: partitioned, broadcastable (its type never emits build
-/// rows, which each task of a broadcast would emit again), and its build side's size a guess
-/// not already far over the limit.
-fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> bool {
+/// What a join is to adaptive planning.
+enum Candidate {
+    /// Not one to decide: not partitioned, not broadcastable (its type emits build rows,
+    /// which each task of a broadcast would emit again), or its build side's size is known.
+    No,
+    /// Its build side's size is a guess: it runs first.
+    RunFirst,
+    /// Its build side is guessed at this many bytes, far over the limit: it stays partitioned
+    /// without a run that would be wasted.
+    FarOver(usize),
+}
+
+fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
     let broadcastable = matches!(
         join.join_type(),
         JoinType::Inner
@@ -232,24 +260,26 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> bool {
             | JoinType::RightMark
     );
     if *join.partition_mode() != PartitionMode::Partitioned || !broadcastable || join.null_aware {
-        return false;
+        return Candidate::No;
     }
-    let Ok(stats) = StatisticsContext::new()
-        .compute(below_shuffle(join.left()).as_ref(), &StatisticsArgs::new())
+    let build = below_shuffle(join.left());
+    let Ok(stats) = StatisticsContext::new().compute(build.as_ref(), &StatisticsArgs::new())
     else {
-        return false;
+        return Candidate::No;
     };
     let rows = match stats.num_rows {
         Precision::Inexact(rows) => rows,
         // Known exactly, the static plan already had it; unknown, it could be anything.
-        Precision::Exact(_) | Precision::Absent => return false,
+        Precision::Exact(_) | Precision::Absent => return Candidate::No,
     };
-    let row_bytes = join.left().schema().fields().len().max(1) * 8;
     let guess = match stats.total_byte_size {
         Precision::Inexact(b) | Precision::Exact(b) => b,
-        Precision::Absent => rows.saturating_mul(row_bytes),
+        Precision::Absent => rows.saturating_mul(build.schema().fields().len().max(1) * 8),
     };
-    guess <= adaptive.broadcast_bytes.saturating_mul(ESTIMATE_SLACK)
+    match guess <= adaptive.broadcast_bytes.saturating_mul(ESTIMATE_SLACK) {
+        true => Candidate::RunFirst,
+        false => Candidate::FarOver(guess),
+    }
 }
 
 /// `plan` below the hash repartitions that feed a partitioned join.

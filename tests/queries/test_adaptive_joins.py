@@ -1,0 +1,203 @@
+"""Joins planned from the sizes their inputs really have (issue 58, part 1).
+
+``dims`` behind ``d_name LIKE 'narrow%'`` is guessed at a fifth of its 20,000 rows, so the
+session plans its join with ``facts`` partitioned (both sides shuffled). Run first, the
+filtered side is 1,000 rows: the join broadcasts them instead, and ``facts``' scan, in the
+join's own stage now, is pruned by the join's dynamic filter (``facts`` is ordered by the join
+key, 40 row groups of 500 keys each; the 1,000 keys fall in two of them).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datafusion import SessionContext, col, lit
+from datafusion import functions as f
+
+from datafusion_distributed_py import DistributedContext, LocalCluster
+from conftest import SPLIT_CONFIG
+from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
+
+KEYS = 20_000
+NARROW = range(5_000, 6_000)
+
+SQL = """
+SELECT d_name, count(*) AS n, sum(f_val) AS total
+FROM facts JOIN dims ON f_key = d_key
+WHERE d_name LIKE 'narrow%'
+GROUP BY d_name
+"""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("adaptive_joins")
+    (root / "facts").mkdir()
+    keys = pa.array(range(KEYS), pa.int64())
+    # Ten rows per key, ordered by key, in four files of ten row groups each.
+    f_key = pa.array([k for k in range(KEYS) for _ in range(10)], pa.int64())
+    f_val = pa.compute.bit_wise_and(f_key, 255)
+    per_file = len(f_key) // 4
+    for part in range(4):
+        rows = slice(part * per_file, (part + 1) * per_file)
+        table = pa.table({"f_key": f_key[rows], "f_val": f_val[rows]})
+        pq.write_table(table, root / "facts" / f"{part}.parquet", row_group_size=5_000)
+    names = [f"narrow-{k % 7}" if k in NARROW else f"wide-{k % 7}" for k in range(KEYS)]
+    pq.write_table(pa.table({"d_key": keys, "d_name": names}), root / "dims.parquet")
+    return root
+
+
+def session(data: Path) -> SessionContext:
+    ctx = SessionContext()
+    ctx.register_parquet("facts", str(data / "facts"))
+    ctx.register_parquet("dims", str(data / "dims.parquet"))
+    # Single-node plans every join of more than 100 rows partitioned (as TPC-H's at SF10).
+    ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold = 100")
+    ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 100")
+    return ctx
+
+
+@pytest.fixture
+def both(data: Path, workers: LocalCluster | None) -> tuple[SessionContext, DistributedContext]:
+    ctx = session(data)
+    # Scans split into tasks from 16 KiB: facts' scan runs on both workers.
+    return ctx, DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+
+
+def join_line(plan: str) -> str:
+    (line,) = [x for x in plan.splitlines() if "HashJoinExec" in x and "d_key" in x]
+    return line
+
+
+def facts_read(plan: str) -> int:
+    """The row groups of ``facts`` its scan read, from an analyzed plan's metrics: those of
+    the files (ranges) it did not prune whole that it did not prune one by one."""
+    lines = plan.splitlines()
+    for i, line in enumerate(lines):
+        leaf = "DistributedLeafExec" in line and "/facts/" in lines[i + 1]
+        if "metrics=[" in line and ("/facts/" in line or leaf):
+            m = re.search(r"row_groups_pruned_statistics=(\d+) total → (\d+) matched", line)
+            assert m, line
+            return int(m.group(2))
+    raise AssertionError(f"no facts scan with metrics in:\n{plan}")
+
+
+def test_a_small_filtered_side_is_broadcast_once_it_ran(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+    expected = ctx.sql(SQL).to_arrow_table()
+    assert "mode=Partitioned" in join_line(ctx.sql("EXPLAIN " + SQL).to_pandas()["plan"].iloc[-1])
+
+    df = dctx.sql(SQL)
+    assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df, analyze=True)
+    assert "mode=CollectLeft" in join_line(plan)
+    assert re.search(
+        r"join on d_key@\d+ = f_key@\d+: broadcast; its build side ran first: 1000 rows", plan
+    ), plan
+    # The join's dynamic filter, filled from the rows that ran first, pruned facts' scan: of
+    # its 40 row groups it read the 2 holding the build side's keys (and perhaps the next of
+    # a range a task started within).
+    assert facts_read(plan) <= 4, plan
+
+
+def test_adaptive_false_plans_from_statistics_as_before(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+    dctx.sql("SET distributed.adaptive = false")
+    assert dctx.config.adaptive is False
+    df = dctx.sql(SQL)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(SQL).to_arrow_table(), ordered=False)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df, analyze=True)
+    assert "mode=Partitioned" in join_line(plan)
+    assert "planned from real sizes" not in plan
+    # Across a shuffle, the join's filter never reaches facts' scan: all 40 row groups read.
+    assert facts_read(plan) == 40, plan
+
+
+def test_a_side_over_the_limit_stays_partitioned(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+    # 'wide%' keeps 19,000 of dims' rows (guessed at 4,000): over 100 kB once it ran.
+    sql = SQL.replace("narrow%", "wide%")
+    dctx.sql("SET distributed.adaptive_broadcast_bytes = 100000")
+    df = dctx.sql(sql)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df)
+    assert "mode=Partitioned" in join_line(plan)
+    assert "partitioned; its build side ran first and passed 100000 bytes" in plan, plan
+
+
+def test_a_side_estimated_far_over_the_limit_is_not_run_first(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+    dctx.sql("SET distributed.adaptive_broadcast_bytes = 1000")
+    df = dctx.sql(SQL)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(SQL).to_arrow_table(), ordered=False)
+    plan = dctx.explain(df)
+    assert "mode=Partitioned" in join_line(plan)
+    assert re.search(r"partitioned; its build side is estimated at \d+ bytes", plan), plan
+
+
+def test_the_dataframe_api_is_planned_from_real_sizes_too(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+
+    def query(c: SessionContext | DistributedContext) -> pa.Table:
+        dims = c.table("dims").filter(f.starts_with(col("d_name"), lit("narrow")))
+        joined = c.table("facts").join(dims, left_on="f_key", right_on="d_key")
+        counts = joined.aggregate([col("d_name")], [f.count(col("f_val")).alias("n")])
+        return counts.sort(col("d_name"))
+
+    df = query(dctx)
+    assert_same_rows(df.to_arrow_table(), query(ctx).to_arrow_table(), ordered=True)
+    assert_ran_on_workers(df, dctx)
+    assert "broadcast; its build side ran first: 1000 rows" in dctx.explain(df)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # Each join type a broadcast may take, and one it may not (LEFT emits build rows).
+        "SELECT count(*) AS n FROM dims RIGHT JOIN facts ON f_key = d_key AND d_name LIKE 'narrow%'",
+        "SELECT count(*) AS n FROM facts WHERE f_key IN "
+        "(SELECT d_key FROM dims WHERE d_name LIKE 'narrow%')",
+        "SELECT count(*) AS n FROM facts WHERE f_key NOT IN "
+        "(SELECT d_key FROM dims WHERE d_name LIKE 'narrow%')",
+        "SELECT count(*) AS n, count(f_key) AS m FROM (SELECT * FROM dims WHERE d_name LIKE "
+        "'narrow%') d LEFT JOIN facts ON f_key = d_key",
+        "SELECT d_name, count(*) AS n FROM facts JOIN dims ON f_key = d_key AND f_val > 200 "
+        "WHERE d_name LIKE '%-3' GROUP BY d_name",
+    ],
+)
+def test_every_join_type_gives_single_nodes_rows(
+    both: tuple[SessionContext, DistributedContext], sql: str
+) -> None:
+    ctx, dctx = both
+    df = dctx.sql(sql)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_ran_on_workers(df, dctx)
+
+
+def test_an_error_in_the_side_run_first_is_single_nodes_error(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    ctx, dctx = both
+    sql = SQL.replace("WHERE", "WHERE 10 / (d_key - d_key) > 1 AND")
+    with pytest.raises(Exception, match="Divide by zero") as single:
+        ctx.sql(sql).collect()
+    with pytest.raises(Exception, match="Divide by zero") as ours:
+        dctx.sql(sql).collect()
+    assert type(ours.value) is type(single.value)
