@@ -30,6 +30,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
+use datafusion::physical_optimizer::output_requirements::OutputRequirements;
 use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
@@ -339,7 +340,11 @@ async fn read_up_to(
 /// its probe side's), the new joins' dynamic filters pushed to the scans they probe, and
 /// DataFusion's own check of the result.
 fn settle(plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+    // The root's own ordering and distribution are requirements too (else a root sort-merge
+    // looks unneeded): held above the plan meanwhile, as DataFusion's optimizer does.
+    let plan = OutputRequirements::new_add_mode().optimize(plan, config)?;
     let plan = EnsureRequirements::new().optimize(plan, config)?;
+    let plan = OutputRequirements::new_remove_mode().optimize(plan, config)?;
     let plan = FilterPushdown::new_post_optimization().optimize(plan, config)?;
     SanityCheckPlan::new().optimize(plan, config)
 }

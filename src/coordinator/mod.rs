@@ -1,6 +1,7 @@
 //! The coordinator side: runs in the user's process. It plans a query for the current workers
 //! (`planner`), checks them first (`handshake`), runs scalar subqueries first
-//! (`subqueries`), cuts the plan into stages (`distribute`),
+//! (`subqueries`), runs the build sides of joins whose size is a guess first, to plan them
+//! from their real sizes (`adaptive_joins`), cuts the plan into stages (`distribute`),
 //! records where each task goes (`task_log`, `tracking`), and hands the result back to
 //! datafusion-python as a table (`table`, `root`), its run's metrics per operator
 //! (`operator_metrics`) and its stages as a graph for pictures (`stage_graph`); results kept

@@ -30,6 +30,7 @@ SELECT d_name, count(*) AS n, sum(f_val) AS total
 FROM facts JOIN dims ON f_key = d_key
 WHERE d_name LIKE 'narrow%'
 GROUP BY d_name
+ORDER BY d_name
 """
 
 
@@ -94,7 +95,7 @@ def test_a_small_filtered_side_is_broadcast_once_it_ran(
     assert "mode=Partitioned" in join_line(ctx.sql("EXPLAIN " + SQL).to_pandas()["plan"].iloc[-1])
 
     df = dctx.sql(SQL)
-    assert_same_rows(df.to_arrow_table(), expected, ordered=False)
+    assert_same_rows(df.to_arrow_table(), expected, ordered=True)
     assert_ran_on_workers(df, dctx)
     plan = dctx.explain(df, analyze=True)
     assert "mode=CollectLeft" in join_line(plan)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from datafusion import SessionContext
 
-from datafusion_distributed_py import DistributedContext
+from datafusion_distributed_py import DistributedConfig, DistributedContext
 from datafusion_distributed_py.testing import is_distributed
 from harness.differential import compare
 
@@ -66,7 +66,10 @@ def session(data: Path) -> SessionContext:
 def both(request: pytest.FixtureRequest, data: Path) -> tuple[SessionContext, DistributedContext]:
     ctx = session(data)
     workers = request.getfixturevalue("cluster") if request.param == "workers" else None
-    return ctx, DistributedContext(ctx, workers=workers)
+    # These tests are about the plan made from statistics: planned from real sizes, the
+    # partitioned joins they filter across become broadcasts (tests/queries/
+    # test_adaptive_joins.py), and no shuffle is left to filter across.
+    return ctx, DistributedContext(ctx, workers=workers, config=DistributedConfig(adaptive=False))
 
 
 def scan_filters(dctx: DistributedContext, sql: str) -> list[str]:
@@ -102,7 +105,7 @@ def test_selective_join_filters_the_scan_across_a_shuffle(both):
 def test_fewer_rows_reach_the_shuffled_join(data):
     """The scan's stage sends on only rows of 1999's dates (about a tenth)."""
     ctx = session(data)
-    dctx = DistributedContext(ctx)
+    dctx = DistributedContext(ctx, config=DistributedConfig(adaptive=False))
     df = dctx.sql(Q72_SHAPE)
     df.collect()
     plan = dctx.explain(df, analyze=True)
@@ -146,4 +149,7 @@ def test_fewer_rows_reach_the_shuffled_join(data):
 def test_where_filters_go_and_where_they_must_not(both, sql, filters):
     ctx, dctx = both
     assert sorted(scan_filters(dctx, sql)) == filters
+    assert_same(ctx, dctx, sql)
+    # Planned from real sizes, the answers are the same.
+    dctx.config = dctx.config.replace(adaptive=True)
     assert_same(ctx, dctx, sql)
