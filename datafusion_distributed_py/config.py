@@ -94,14 +94,15 @@ class DistributedConfig:
             size. Default 16 MiB.
         adaptive: plan joins from the sizes their inputs really have: a partitioned hash join
             whose build side's size is a guess (behind a filter, a join, an aggregate) runs
-            that side first on the workers; when it ends within ``adaptive_broadcast_bytes``
-            the join broadcasts those rows to the probe side's tasks, whose scan is then
-            pruned by the join's dynamic filter, instead of shuffling both sides.
+            that side first on the workers; when it ends small (8 MiB, or an eighth of what
+            the probe side would shuffle, at most ``adaptive_broadcast_bytes``) the join
+            broadcasts those rows to the probe side's tasks, whose scan is then pruned by the
+            join's dynamic filter, instead of shuffling both sides.
             ``explain`` shows each decision and the size it was made on. ``False`` plans
             from statistics alone. Default ``True``. See docs/adaptive-joins.md.
-        adaptive_broadcast_bytes: the most bytes of build rows an adaptive join broadcasts;
-            a build side that passes it is read no further and its join stays partitioned.
-            Default 8 MiB.
+        adaptive_broadcast_bytes: the most bytes of build rows an adaptive join broadcasts
+            (each probe task holds them all); a build side that passes its join's limit is
+            read no further and its join stays partitioned. Default 64 MiB.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -140,7 +141,7 @@ class DistributedConfig:
     event_log: str = ""
     event_log_max_bytes: int = 16 * 1024 * 1024
     adaptive: bool = True
-    adaptive_broadcast_bytes: int = 8 * 1024 * 1024
+    adaptive_broadcast_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -34,7 +34,12 @@ use datafusion::physical_optimizer::output_requirements::OutputRequirements;
 use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::Partitioning;
@@ -47,15 +52,23 @@ use crate::plan_rewrites;
 
 /// `distributed.adaptive`: whether joins are planned from their inputs' real sizes.
 pub const ADAPTIVE: &str = "distributed.adaptive";
-/// `distributed.adaptive_broadcast_bytes`: the most bytes of build rows broadcast.
+/// `distributed.adaptive_broadcast_bytes`: the most bytes of build rows broadcast (each task
+/// of the probe side holds them all).
 pub const BROADCAST_BYTES: &str = "distributed.adaptive_broadcast_bytes";
 /// Our keys among a query's `distributed.*` options (the crate does not know them).
 pub const OUR_KEYS: [&str; 2] = [ADAPTIVE, BROADCAST_BYTES];
-/// The default broadcast limit: a build side this small costs each probe task less to receive
-/// whole than the probe side costs to shuffle.
-const DEFAULT_BROADCAST_BYTES: usize = 8 * 1024 * 1024;
-/// A build side estimated at more than this many times the limit is not run first: its
-/// estimate, even a guess, says it will not be broadcast, and its run would be wasted.
+/// The default cap of a broadcast.
+const DEFAULT_BROADCAST_BYTES: usize = 64 * 1024 * 1024;
+/// A build side up to this size is broadcast whatever the probe side's size (under the cap):
+/// sending it costs less than a stage boundary.
+const SMALL_BYTES: usize = 8 * 1024 * 1024;
+/// Above `SMALL_BYTES`, a build side is broadcast when it is at most this share of the bytes
+/// its probe side would shuffle: each probe task receives it whole, where a shuffle sends
+/// the probe side once.
+const PROBE_SHARE: usize = 8;
+/// A build side that must finish its work before its first row, estimated at more than this
+/// many times the limit, is not run first: its estimate, even a guess, says it will not be
+/// broadcast, and its run would be wasted.
 const ESTIMATE_SLACK: usize = 4;
 
 /// The settings of adaptive planning, read from (and removed from) a query's options.
@@ -102,7 +115,7 @@ pub struct Decision {
     /// The join's keys, as the plan shows them (`p_partkey@0 = l_partkey@1`).
     pub keys: String,
     pub made_on: MadeOn,
-    /// The most bytes broadcast.
+    /// The most bytes it would broadcast (see `limit_for`).
     pub limit: usize,
 }
 
@@ -202,30 +215,29 @@ fn adapt<'a>(
         let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
             return Ok(plan);
         };
-        let limit = adaptive.broadcast_bytes;
-        let decision = |made_on| Decision {
+        let decision = |made_on, limit| Decision {
             keys: keys_of(join),
             made_on,
             limit,
         };
-        match candidate(join, adaptive) {
+        let limit = match candidate(join, adaptive) {
             Candidate::No => return Ok(plan),
-            Candidate::FarOver(bytes) => {
-                decisions.push(decision(MadeOn::Estimate { bytes }));
+            Candidate::FarOver { guess, limit } => {
+                decisions.push(decision(MadeOn::Estimate { bytes: guess }, limit));
                 return Ok(plan);
             }
-            Candidate::RunFirst => {}
-        }
+            Candidate::RunFirst(limit) => limit,
+        };
         let build = below_shuffle(join.left());
         match read_up_to(Arc::clone(build), state, limit).await? {
             Read::Over { rows } => {
-                decisions.push(decision(MadeOn::Over { rows }));
+                decisions.push(decision(MadeOn::Over { rows }, limit));
                 Ok(plan)
             }
             Read::Whole(batches) => {
                 let rows = batches.iter().map(|b| b.num_rows()).sum();
-                let bytes = batches.iter().map(|b| b.get_array_memory_size()).sum();
-                decisions.push(decision(MadeOn::Whole { rows, bytes }));
+                let bytes = batches.iter().map(bytes_of).sum();
+                decisions.push(decision(MadeOn::Whole { rows, bytes }, limit));
                 let rows_here = MemorySourceConfig::try_new_exec(&[batches], build.schema(), None)?;
                 let probe = Arc::clone(below_shuffle(join.right()));
                 join.builder()
@@ -244,11 +256,11 @@ enum Candidate {
     /// Not one to decide: not partitioned, not broadcastable (its type emits build rows,
     /// which each task of a broadcast would emit again), or its build side's size is known.
     No,
-    /// Its build side's size is a guess: it runs first.
-    RunFirst,
-    /// Its build side is guessed at this many bytes, far over the limit: it stays partitioned
-    /// without a run that would be wasted.
-    FarOver(usize),
+    /// Its build side's size is a guess: it runs first, and is broadcast within this limit.
+    RunFirst(usize),
+    /// Its build side is guessed far over its limit: it stays partitioned without a run that
+    /// would be wasted.
+    FarOver { guess: usize, limit: usize },
 }
 
 fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
@@ -277,10 +289,49 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
         Precision::Inexact(b) | Precision::Exact(b) => b,
         Precision::Absent => rows.saturating_mul(build.schema().fields().len().max(1) * 8),
     };
-    match guess <= adaptive.broadcast_bytes.saturating_mul(ESTIMATE_SLACK) {
-        true => Candidate::RunFirst,
-        false => Candidate::FarOver(guess),
+    // A streaming side costs at most the limit's worth of its rows to try, however wrong
+    // its guess; one that must finish its work before its first row (an aggregate, a sort,
+    // a partitioned join's build) costs that work, and its guess has the say.
+    let limit = limit_for(join, adaptive);
+    match streams(build) || guess <= limit.saturating_mul(ESTIMATE_SLACK) {
+        true => Candidate::RunFirst(limit),
+        false => Candidate::FarOver { guess, limit },
     }
+}
+
+/// The most build bytes `join` broadcasts: what is small anyway, or up to a share of what its
+/// probe side would shuffle (as estimated), never over the cap.
+fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> usize {
+    let probe = below_shuffle(join.right());
+    let shuffled = StatisticsContext::new()
+        .compute(probe.as_ref(), &StatisticsArgs::new())
+        .ok()
+        .and_then(|stats| match (stats.total_byte_size, stats.num_rows) {
+            (Precision::Exact(b) | Precision::Inexact(b), _) => Some(b),
+            (_, Precision::Exact(r) | Precision::Inexact(r)) => {
+                Some(r.saturating_mul(probe.schema().fields().len().max(1) * 8))
+            }
+            _ => None,
+        })
+        .unwrap_or(0);
+    (shuffled / PROBE_SHARE)
+        .max(SMALL_BYTES)
+        .min(adaptive.broadcast_bytes)
+}
+
+/// Whether `plan` hands on rows as it reads them: scans, filters, projections, repartitions,
+/// and joins probing a collected build side (their builds were planned small, or ran first).
+fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let streaming = plan.is::<DataSourceExec>()
+        || plan.is::<FilterExec>()
+        || plan.is::<ProjectionExec>()
+        || plan.is::<RepartitionExec>()
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<CooperativeExec>()
+        || plan
+            .downcast_ref::<HashJoinExec>()
+            .is_some_and(|j| *j.partition_mode() == PartitionMode::CollectLeft);
+    streaming && plan.children().into_iter().all(streams)
 }
 
 /// `plan` below the hash repartitions that feed a partitioned join.
@@ -324,7 +375,7 @@ async fn read_up_to(
     let (mut batches, mut rows, mut bytes) = (Vec::new(), 0, 0);
     while let Some(batch) = stream.next().await.transpose()? {
         rows += batch.num_rows();
-        bytes += batch.get_array_memory_size();
+        bytes += bytes_of(&batch);
         if bytes > limit {
             return Ok(Read::Over { rows });
         }
@@ -333,6 +384,15 @@ async fn read_up_to(
         }
     }
     Ok(Read::Whole(batches))
+}
+
+/// The bytes of `batch`'s rows: of their slices of its buffers, not of the buffers (a batch
+/// decoded from a worker's message shares that message's buffer with its siblings).
+fn bytes_of(batch: &RecordBatch) -> usize {
+    let columns = batch.columns().iter();
+    columns
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()))
+        .sum()
 }
 
 /// The plan made whole again after joins changed their mode: the distribution and orderings
