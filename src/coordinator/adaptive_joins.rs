@@ -7,13 +7,19 @@
 //! workers it sends the whole probe side (TPC-H q9 at SF10: all of lineitem) over the network.
 //!
 //! So before the query is cut into stages, each such join's build side runs first, on the
-//! workers, as a query of its own, and is read up to `distributed.adaptive_broadcast_bytes`:
+//! workers, as a query of its own, and is read up to the join's limit (`limit_for`: small
+//! anyway, or a share of what the probe side would shuffle; at most
+//! `distributed.adaptive_broadcast_bytes`):
 //! - when it ends within that, the join becomes `CollectLeft` over those rows, which the
 //!   distributed planner broadcasts to the probe side's tasks: the probe side is no longer
 //!   shuffled, and its scan is pruned by the join's dynamic filter in its own stage, filled
 //!   from the build rows that ran first;
 //! - otherwise the read stops there and the join stays partitioned (the rows read are the
-//!   price of knowing, at most the limit).
+//!   price of knowing, at most the limit; a side that must finish its work before its first
+//!   row is not tried when its estimate is far over).
+//!
+//! The side that ran first is read in a plan of its own: the nodes this process runs of it
+//! are the gathering head (a merge), which holds no state the query's own run would reuse.
 //!
 //! Each decision, and the size it was made on, is shown by `explain` (see `Decision`).
 //! `SET distributed.adaptive = false` plans as before. Upstream, datafusion-distributed's
@@ -27,16 +33,16 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::{JoinType, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_optimizer::output_requirements::OutputRequirements;
 use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -62,10 +68,18 @@ const DEFAULT_BROADCAST_BYTES: usize = 64 * 1024 * 1024;
 /// A build side up to this size is broadcast whatever the probe side's size (under the cap):
 /// sending it costs less than a stage boundary.
 const SMALL_BYTES: usize = 8 * 1024 * 1024;
-/// Above `SMALL_BYTES`, a build side is broadcast when it is at most this share of the bytes
-/// its probe side would shuffle: each probe task receives it whole, where a shuffle sends
-/// the probe side once.
+/// A build side of up to this many rows is broadcast whatever the probe side's size: each
+/// probe task builds its hash table alone (a partitioned join builds in every partition at
+/// once), which for so few rows costs less than a shuffle.
+const SMALL_ROWS: usize = 256 * 1024;
+/// Above those, a build side is broadcast when it is at most this share of what its probe
+/// side would shuffle, in bytes and in rows: each probe task receives it whole and builds its
+/// hash table alone, where a shuffle sends the probe side once.
 const PROBE_SHARE: usize = 8;
+const PROBE_ROW_SHARE: usize = 16;
+/// A build side estimated at more than this share of its probe side's rows is not run first:
+/// even an estimate several times too high leaves no broadcast that would pay.
+const NO_GAIN_SHARE: usize = 4;
 /// A build side that must finish its work before its first row, estimated at more than this
 /// many times the limit, is not run first: its estimate, even a guess, says it will not be
 /// broadcast, and its run would be wasted.
@@ -109,14 +123,27 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
     })
 }
 
+/// The most a join broadcasts (see `limit_for`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub bytes: usize,
+    pub rows: usize,
+}
+
+impl Limit {
+    fn passed(&self, rows: usize, bytes: usize) -> bool {
+        bytes > self.bytes || rows > self.rows
+    }
+}
+
 /// What was decided for one join, and on what size: `explain` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// The join's keys, as the plan shows them (`p_partkey@0 = l_partkey@1`).
     pub keys: String,
     pub made_on: MadeOn,
-    /// The most bytes it would broadcast (see `limit_for`).
-    pub limit: usize,
+    /// The most it would broadcast.
+    pub limit: Limit,
 }
 
 /// The size a join's strategy was decided on.
@@ -124,10 +151,13 @@ pub struct Decision {
 pub enum MadeOn {
     /// Its build side ran first and ended within the limit: broadcast.
     Whole { rows: usize, bytes: usize },
-    /// Its build side ran first and passed the limit after `rows`: partitioned.
-    Over { rows: usize },
+    /// Its build side ran first and passed the limit at `rows` and `bytes`: partitioned.
+    Over { rows: usize, bytes: usize },
     /// Its build side's estimate was far over the limit: partitioned, not run first.
     Estimate { bytes: usize },
+    /// Its build side's estimate was too close to its probe side's for a broadcast to pay:
+    /// partitioned, not run first.
+    NoGain { rows: usize, probe_rows: usize },
 }
 
 impl Decision {
@@ -139,21 +169,34 @@ impl Decision {
 impl std::fmt::Display for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (keys, limit) = (&self.keys, self.limit);
+        let (most_bytes, most_rows) = (limit.bytes, limit.rows);
         match self.made_on {
             MadeOn::Whole { rows, bytes } => write!(
                 f,
                 "join on {keys}: broadcast; its build side ran first: {rows} rows, {bytes} \
-                 bytes (at most {limit} are broadcast)"
+                 bytes (at most {most_rows} rows, {most_bytes} bytes are broadcast)"
             ),
-            MadeOn::Over { rows } => write!(
-                f,
-                "join on {keys}: partitioned; its build side ran first and passed {limit} \
-                 bytes after {rows} rows"
-            ),
+            MadeOn::Over { rows, bytes } => {
+                let passed = match bytes > most_bytes {
+                    true => format!("{most_bytes} bytes"),
+                    false => format!("{most_rows} rows"),
+                };
+                write!(
+                    f,
+                    "join on {keys}: partitioned; its build side ran first and passed {passed} \
+                     after {rows} rows"
+                )
+            }
             MadeOn::Estimate { bytes } => write!(
                 f,
                 "join on {keys}: partitioned; its build side is estimated at {bytes} bytes, \
-                 over {ESTIMATE_SLACK}x the {limit} broadcast, and was not run first"
+                 over {ESTIMATE_SLACK}x the {most_bytes} broadcast, and was not run first"
+            ),
+            MadeOn::NoGain { rows, probe_rows } => write!(
+                f,
+                "join on {keys}: partitioned; its build side is estimated at {rows} rows, \
+                 over 1/{NO_GAIN_SHARE} of its probe side's {probe_rows}: no broadcast would \
+                 pay, and it was not run first"
             ),
         }
     }
@@ -226,12 +269,20 @@ fn adapt<'a>(
                 decisions.push(decision(MadeOn::Estimate { bytes: guess }, limit));
                 return Ok(plan);
             }
+            Candidate::NoGain {
+                rows,
+                probe_rows,
+                limit,
+            } => {
+                decisions.push(decision(MadeOn::NoGain { rows, probe_rows }, limit));
+                return Ok(plan);
+            }
             Candidate::RunFirst(limit) => limit,
         };
         let build = below_shuffle(join.left());
         match read_up_to(Arc::clone(build), state, limit).await? {
-            Read::Over { rows } => {
-                decisions.push(decision(MadeOn::Over { rows }, limit));
+            Read::Over { rows, bytes } => {
+                decisions.push(decision(MadeOn::Over { rows, bytes }, limit));
                 Ok(plan)
             }
             Read::Whole(batches) => {
@@ -257,10 +308,16 @@ enum Candidate {
     /// which each task of a broadcast would emit again), or its build side's size is known.
     No,
     /// Its build side's size is a guess: it runs first, and is broadcast within this limit.
-    RunFirst(usize),
+    RunFirst(Limit),
     /// Its build side is guessed far over its limit: it stays partitioned without a run that
     /// would be wasted.
-    FarOver { guess: usize, limit: usize },
+    FarOver { guess: usize, limit: Limit },
+    /// Its build side is guessed too close to its probe side for a broadcast to pay.
+    NoGain {
+        rows: usize,
+        probe_rows: usize,
+        limit: Limit,
+    },
 }
 
 fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
@@ -276,8 +333,7 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
         return Candidate::No;
     }
     let build = below_shuffle(join.left());
-    let Ok(stats) = StatisticsContext::new().compute(build.as_ref(), &StatisticsArgs::new())
-    else {
+    let Ok(stats) = StatisticsContext::new().compute(build.as_ref(), &StatisticsArgs::new()) else {
         return Candidate::No;
     };
     let rows = match stats.num_rows {
@@ -289,34 +345,48 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
         Precision::Inexact(b) | Precision::Exact(b) => b,
         Precision::Absent => rows.saturating_mul(build.schema().fields().len().max(1) * 8),
     };
+    let (limit, probe_rows) = limit_for(join, adaptive);
+    if rows.saturating_mul(NO_GAIN_SHARE) > probe_rows {
+        return Candidate::NoGain {
+            rows,
+            probe_rows,
+            limit,
+        };
+    }
     // A streaming side costs at most the limit's worth of its rows to try, however wrong
     // its guess; one that must finish its work before its first row (an aggregate, a sort,
     // a partitioned join's build) costs that work, and its guess has the say.
-    let limit = limit_for(join, adaptive);
-    match streams(build) || guess <= limit.saturating_mul(ESTIMATE_SLACK) {
+    match streams(build) || guess <= limit.bytes.saturating_mul(ESTIMATE_SLACK) {
         true => Candidate::RunFirst(limit),
         false => Candidate::FarOver { guess, limit },
     }
 }
 
-/// The most build bytes `join` broadcasts: what is small anyway, or up to a share of what its
-/// probe side would shuffle (as estimated), never over the cap.
-fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> usize {
+/// The most `join` broadcasts: what is small anyway, or up to a share of what its probe side
+/// would shuffle (as estimated), never over the cap in bytes; and the probe side's estimated
+/// rows.
+fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> (Limit, usize) {
     let probe = below_shuffle(join.right());
-    let shuffled = StatisticsContext::new()
-        .compute(probe.as_ref(), &StatisticsArgs::new())
-        .ok()
-        .and_then(|stats| match (stats.total_byte_size, stats.num_rows) {
-            (Precision::Exact(b) | Precision::Inexact(b), _) => Some(b),
-            (_, Precision::Exact(r) | Precision::Inexact(r)) => {
-                Some(r.saturating_mul(probe.schema().fields().len().max(1) * 8))
-            }
-            _ => None,
-        })
-        .unwrap_or(0);
-    (shuffled / PROBE_SHARE)
-        .max(SMALL_BYTES)
-        .min(adaptive.broadcast_bytes)
+    let stats = StatisticsContext::new().compute(probe.as_ref(), &StatisticsArgs::new());
+    let (rows, bytes) = match stats {
+        Ok(stats) => {
+            let rows = stats.num_rows.get_value().copied().unwrap_or(usize::MAX);
+            let width = probe.schema().fields().len().max(1) * 8;
+            let bytes = match stats.total_byte_size.get_value() {
+                Some(b) => *b,
+                None => rows.saturating_mul(width),
+            };
+            (rows, bytes)
+        }
+        Err(_) => (usize::MAX, usize::MAX),
+    };
+    let limit = Limit {
+        bytes: (bytes / PROBE_SHARE)
+            .max(SMALL_BYTES)
+            .min(adaptive.broadcast_bytes),
+        rows: (rows / PROBE_ROW_SHARE).max(SMALL_ROWS),
+    };
+    (limit, rows)
 }
 
 /// Whether `plan` hands on rows as it reads them: scans, filters, projections, repartitions,
@@ -357,9 +427,10 @@ fn keys_of(join: &HashJoinExec) -> String {
 
 enum Read {
     Whole(Vec<RecordBatch>),
-    /// It passed the limit after this many rows; the rest was not computed.
+    /// It passed the limit at this many rows and bytes; the rest was not computed.
     Over {
         rows: usize,
+        bytes: usize,
     },
 }
 
@@ -367,7 +438,7 @@ enum Read {
 async fn read_up_to(
     plan: Arc<dyn ExecutionPlan>,
     state: &SessionState,
-    limit: usize,
+    limit: Limit,
 ) -> Result<Read> {
     let plan = plan_rewrites::prepare(plan, state.config_options())?;
     let (plan, task_ctx): (_, Arc<TaskContext>) = distribute_plan(plan, state.clone()).await?;
@@ -376,8 +447,8 @@ async fn read_up_to(
     while let Some(batch) = stream.next().await.transpose()? {
         rows += batch.num_rows();
         bytes += bytes_of(&batch);
-        if bytes > limit {
-            return Ok(Read::Over { rows });
+        if limit.passed(rows, bytes) {
+            return Ok(Read::Over { rows, bytes });
         }
         if batch.num_rows() > 0 {
             batches.push(batch);
@@ -391,7 +462,11 @@ async fn read_up_to(
 fn bytes_of(batch: &RecordBatch) -> usize {
     let columns = batch.columns().iter();
     columns
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(c.get_array_memory_size()))
+        .map(|c| {
+            c.to_data()
+                .get_slice_memory_size()
+                .unwrap_or(c.get_array_memory_size())
+        })
         .sum()
 }
 
@@ -407,4 +482,181 @@ fn settle(plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dy
     let plan = OutputRequirements::new_remove_mode().optimize(plan, config)?;
     let plan = FilterPushdown::new_post_optimization().optimize(plan, config)?;
     SanityCheckPlan::new().optimize(plan, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::physical_plan::displayable;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use super::*;
+
+    /// Two tables of 2,000 rows; every join of more than 100 rows planned partitioned.
+    async fn session() -> SessionContext {
+        let config = SessionConfig::new()
+            .set_usize(
+                "datafusion.optimizer.hash_join_single_partition_threshold",
+                100,
+            )
+            .set_usize(
+                "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+                100,
+            )
+            .with_target_partitions(2);
+        let ctx = SessionContext::new_with_config(config);
+        for sql in [
+            "CREATE TABLE facts AS SELECT value AS k, value % 7 AS v FROM generate_series(1, 2000)",
+            "CREATE TABLE dims AS SELECT value AS k, concat('n', value % 100) AS name \
+             FROM generate_series(1, 2000)",
+        ] {
+            ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        }
+        ctx
+    }
+
+    async fn join_of(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let mut found = None;
+        let mut pending = vec![plan];
+        while let Some(node) = pending.pop() {
+            if node.is::<HashJoinExec>() {
+                found = Some(Arc::clone(&node));
+            }
+            pending.extend(node.children().into_iter().cloned());
+        }
+        found.expect("a hash join")
+    }
+
+    fn decided(plan: &Arc<dyn ExecutionPlan>) -> Candidate {
+        candidate(plan.downcast_ref().unwrap(), Adaptive::default())
+    }
+
+    #[test]
+    fn options_are_read_and_a_bad_one_is_named() {
+        let options = |entries: &[(&str, &str)]| {
+            let pairs = entries.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            Adaptive::from_options(&pairs.collect())
+        };
+        assert_eq!(options(&[]).unwrap(), Adaptive::default());
+        let set = options(&[(ADAPTIVE, "FALSE"), (BROADCAST_BYTES, "1000")]).unwrap();
+        assert_eq!((set.on, set.broadcast_bytes), (false, 1000));
+        let bad = options(&[(ADAPTIVE, "sometimes")]).unwrap_err().to_string();
+        assert!(
+            bad.contains("distributed.adaptive") && bad.contains("sometimes"),
+            "{bad}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_side_whose_size_is_a_guess_runs_first_and_a_known_one_does_not() {
+        let ctx = session().await;
+        let filtered = "SELECT v FROM facts JOIN dims ON facts.k = dims.k WHERE name LIKE 'n7%'";
+        let join = join_of(&ctx, filtered).await;
+        assert!(matches!(
+            decided(&join),
+            Candidate::RunFirst(Limit {
+                bytes: SMALL_BYTES,
+                ..
+            })
+        ));
+        let whole = join_of(&ctx, "SELECT v FROM facts JOIN dims ON facts.k = dims.k").await;
+        assert!(matches!(decided(&whole), Candidate::No));
+        // A LEFT join emits its build rows: a broadcast would emit them once per task.
+        let left = "SELECT v FROM (SELECT * FROM dims WHERE name LIKE 'n7%') d \
+                    LEFT JOIN facts ON facts.k = d.k";
+        assert!(matches!(decided(&join_of(&ctx, left).await), Candidate::No));
+    }
+
+    #[tokio::test]
+    async fn only_streaming_sides_are_tried_whatever_their_guess() {
+        let ctx = session().await;
+        let filtered = join_of(
+            &ctx,
+            "SELECT v FROM facts JOIN dims ON facts.k = dims.k WHERE name LIKE 'n7%'",
+        )
+        .await;
+        assert!(streams(below_shuffle(filtered.children()[0])));
+        let grouped = "SELECT v FROM facts JOIN (SELECT k, max(name) AS name FROM dims \
+                       WHERE name LIKE 'n7%' GROUP BY k) d ON facts.k = d.k";
+        let grouped = join_of(&ctx, grouped).await;
+        assert!(!streams(below_shuffle(grouped.children()[0])));
+        let tiny = Adaptive {
+            on: true,
+            broadcast_bytes: 10,
+        };
+        let join: &HashJoinExec = grouped.downcast_ref().unwrap();
+        assert!(matches!(
+            candidate(join, tiny),
+            Candidate::FarOver {
+                limit: Limit { bytes: 10, .. },
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn settling_keeps_what_the_root_needs() {
+        let ctx = session().await;
+        let sql = "SELECT name, sum(v) AS s FROM facts JOIN dims ON facts.k = dims.k \
+                   WHERE name LIKE 'n7%' GROUP BY name ORDER BY name";
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let settled = settle(Arc::clone(&plan), ctx.state().config_options()).unwrap();
+        let shown = displayable(settled.as_ref()).indent(false).to_string();
+        assert!(shown.starts_with("SortPreservingMergeExec"), "{shown}");
+    }
+
+    #[test]
+    fn decisions_say_what_they_were_made_on() {
+        let decision = |made_on| {
+            Decision {
+                keys: "k@0 = k@0".into(),
+                made_on,
+                limit: Limit {
+                    bytes: 100,
+                    rows: 50,
+                },
+            }
+            .to_string()
+        };
+        let whole = decision(MadeOn::Whole { rows: 3, bytes: 24 });
+        assert!(
+            whole.contains("broadcast") && whole.contains("3 rows, 24 bytes"),
+            "{whole}"
+        );
+        let over = decision(MadeOn::Over {
+            rows: 20,
+            bytes: 150,
+        });
+        assert!(
+            over.contains("partitioned") && over.contains("passed 100 bytes"),
+            "{over}"
+        );
+        let guess = decision(MadeOn::Estimate { bytes: 5000 });
+        assert!(guess.contains("estimated at 5000 bytes"), "{guess}");
+        let rows = decision(MadeOn::Over {
+            rows: 51,
+            bytes: 99,
+        });
+        assert!(rows.contains("passed 50 rows after 51 rows"), "{rows}");
+        let close = decision(MadeOn::NoGain {
+            rows: 30,
+            probe_rows: 100,
+        });
+        assert!(
+            close.contains("30 rows") && close.contains("100"),
+            "{close}"
+        );
+    }
 }
