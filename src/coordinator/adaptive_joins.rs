@@ -27,6 +27,7 @@
 //! does; this is the part that needs no change to its stages.
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::config::ConfigOptions;
@@ -54,6 +55,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use super::distribute::distribute_plan;
+use crate::errors::{worker_failure, FailureKind};
 use crate::plan_rewrites;
 
 /// `distributed.adaptive`: whether joins are planned from their inputs' real sizes.
@@ -80,10 +82,6 @@ const PROBE_ROW_SHARE: usize = 16;
 /// A build side estimated at more than this share of its probe side's rows is not run first:
 /// even an estimate several times too high leaves no broadcast that would pay.
 const NO_GAIN_SHARE: usize = 4;
-/// A build side that must finish its work before its first row, estimated at more than this
-/// many times the limit, is not run first: its estimate, even a guess, says it will not be
-/// broadcast, and its run would be wasted.
-const ESTIMATE_SLACK: usize = 4;
 
 /// The settings of adaptive planning, read from (and removed from) a query's options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +151,8 @@ pub enum MadeOn {
     Whole { rows: usize, bytes: usize },
     /// Its build side ran first and passed the limit at `rows` and `bytes`: partitioned.
     Over { rows: usize, bytes: usize },
-    /// Its build side's estimate was far over the limit: partitioned, not run first.
+    /// Its build side must finish its work first and was estimated over the limit:
+    /// partitioned, not run first.
     Estimate { bytes: usize },
     /// Its build side's estimate was too close to its probe side's for a broadcast to pay:
     /// partitioned, not run first.
@@ -190,7 +189,8 @@ impl std::fmt::Display for Decision {
             MadeOn::Estimate { bytes } => write!(
                 f,
                 "join on {keys}: partitioned; its build side is estimated at {bytes} bytes, \
-                 over {ESTIMATE_SLACK}x the {most_bytes} broadcast, and was not run first"
+                 over the {most_bytes} it would broadcast, and must finish its work before its \
+                 first row: it was not run first"
             ),
             MadeOn::NoGain { rows, probe_rows } => write!(
                 f,
@@ -209,12 +209,18 @@ pub async fn plan_joins(
     plan: Arc<dyn ExecutionPlan>,
     state: &SessionState,
     adaptive: Adaptive,
+    stall_timeout: Option<Duration>,
 ) -> Result<(Arc<dyn ExecutionPlan>, Vec<Decision>)> {
     if !worth_it(&plan, adaptive)? {
         return Ok((plan, Vec::new()));
     }
     let mut decisions = Vec::new();
-    let adapted = adapt(Arc::clone(&plan), state, adaptive, &mut decisions).await?;
+    let run = Run {
+        state,
+        adaptive,
+        stall_timeout,
+    };
+    let adapted = adapt(Arc::clone(&plan), &run, &mut decisions).await?;
     if !decisions.iter().any(Decision::broadcast) {
         return Ok((plan, decisions));
     }
@@ -242,17 +248,24 @@ pub fn worth_it(plan: &Arc<dyn ExecutionPlan>, adaptive: Adaptive) -> Result<boo
     })
 }
 
+/// How build sides run first: with the query's state, settings and stall timeout.
+struct Run<'a> {
+    state: &'a SessionState,
+    adaptive: Adaptive,
+    stall_timeout: Option<Duration>,
+}
+
 /// Children first, so that a build side is run with its own joins already decided.
 fn adapt<'a>(
     plan: Arc<dyn ExecutionPlan>,
-    state: &'a SessionState,
-    adaptive: Adaptive,
+    run: &'a Run<'a>,
     decisions: &'a mut Vec<Decision>,
 ) -> BoxFuture<'a, Result<Arc<dyn ExecutionPlan>>> {
     async move {
+        let adaptive = run.adaptive;
         let mut children = Vec::new();
         for child in plan.children() {
-            children.push(adapt(Arc::clone(child), state, adaptive, decisions).await?);
+            children.push(adapt(Arc::clone(child), run, decisions).await?);
         }
         let plan = replace_children_if_necessary(plan, children)?;
         let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
@@ -280,7 +293,7 @@ fn adapt<'a>(
             Candidate::RunFirst(limit) => limit,
         };
         let build = below_shuffle(join.left());
-        match read_up_to(Arc::clone(build), state, limit).await? {
+        match read_up_to(Arc::clone(build), run, limit).await? {
             Read::Over { rows, bytes } => {
                 decisions.push(decision(MadeOn::Over { rows, bytes }, limit));
                 Ok(plan)
@@ -309,8 +322,8 @@ enum Candidate {
     No,
     /// Its build side's size is a guess: it runs first, and is broadcast within this limit.
     RunFirst(Limit),
-    /// Its build side is guessed far over its limit: it stays partitioned without a run that
-    /// would be wasted.
+    /// Its build side must finish its work before its first row and is guessed over its
+    /// limit: it stays partitioned without a run that would be wasted.
     FarOver { guess: usize, limit: Limit },
     /// Its build side is guessed too close to its probe side for a broadcast to pay.
     NoGain {
@@ -356,7 +369,7 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
     // A streaming side costs at most the limit's worth of its rows to try, however wrong
     // its guess; one that must finish its work before its first row (an aggregate, a sort,
     // a partitioned join's build) costs that work, and its guess has the say.
-    match streams(build) || guess <= limit.bytes.saturating_mul(ESTIMATE_SLACK) {
+    match streams(build) || guess <= limit.bytes {
         true => Candidate::RunFirst(limit),
         false => Candidate::FarOver { guess, limit },
     }
@@ -435,16 +448,24 @@ enum Read {
 }
 
 /// Runs `plan` on the workers and reads its rows while they fit in `limit` bytes.
-async fn read_up_to(
-    plan: Arc<dyn ExecutionPlan>,
-    state: &SessionState,
-    limit: Limit,
-) -> Result<Read> {
+/// Waits for each batch at most the query's stall timeout: planning never hangs on a worker
+/// that stopped answering.
+async fn read_up_to(plan: Arc<dyn ExecutionPlan>, run: &Run<'_>, limit: Limit) -> Result<Read> {
+    let state = run.state;
     let plan = plan_rewrites::prepare(plan, state.config_options())?;
     let (plan, task_ctx): (_, Arc<TaskContext>) = distribute_plan(plan, state.clone()).await?;
     let mut stream = execute_stream(plan, task_ctx)?;
     let (mut batches, mut rows, mut bytes) = (Vec::new(), 0, 0);
-    while let Some(batch) = stream.next().await.transpose()? {
+    loop {
+        let next = match run.stall_timeout {
+            Some(wait) => tokio::time::timeout(wait, stream.next())
+                .await
+                .map_err(|_| stalled(wait))?,
+            None => stream.next().await,
+        };
+        let Some(batch) = next.transpose()? else {
+            break;
+        };
         rows += batch.num_rows();
         bytes += bytes_of(&batch);
         if limit.passed(rows, bytes) {
@@ -455,6 +476,19 @@ async fn read_up_to(
         }
     }
     Ok(Read::Whole(batches))
+}
+
+fn stalled(wait: Duration) -> datafusion::common::DataFusionError {
+    worker_failure(
+        None,
+        FailureKind::Stalled,
+        format!(
+            "stalled: a join's build side, run first to plan the join from its size, gave no \
+             batch for {} s; given up after DistributedConfig.stall_timeout = {} s",
+            wait.as_secs(),
+            wait.as_secs_f64()
+        ),
+    )
 }
 
 /// The bytes of `batch`'s rows: of their slices of its buffers, not of the buffers (a batch

@@ -514,9 +514,10 @@ impl ClusterPlanner {
                 &Arc::new(TaskLog::with_progress(None, attempt)),
             )?;
             pass_headers(&mut run_state, &headers)?;
-            let (adapted, decisions) = adaptive_joins::plan_joins(plan, &run_state, adaptive)
-                .await
-                .map_err(failed_first("a join's build side"))?;
+            let (adapted, decisions) =
+                adaptive_joins::plan_joins(plan, &run_state, adaptive, req.stall_timeout)
+                    .await
+                    .map_err(failed_first("a join's build side"))?;
             plan = adapted;
             log.set_decisions(decisions.iter().map(|d| d.to_string()).collect());
         }

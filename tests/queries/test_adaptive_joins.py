@@ -143,7 +143,7 @@ def test_a_side_estimated_far_over_the_limit_is_not_run_first(
     both: tuple[SessionContext, DistributedContext],
 ) -> None:
     """A side that must finish its work before its first row (an aggregate) is not run first
-    when its estimate is far over the limit; a streaming one always is (it stops at the
+    when its estimate is over the limit; a streaming one always is (it stops at the
     limit)."""
     ctx, dctx = both
     sql = """SELECT count(*) AS n, sum(f_val) AS total FROM facts JOIN
