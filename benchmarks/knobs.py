@@ -38,6 +38,7 @@ CORPUS = Path(__file__).parent.parent / "tests" / "sqllogictest" / "test_files"
 KNOBS: dict[str, DistributedConfig] = {
     "defaults": DistributedConfig(),
     "broadcast_joins=False": DistributedConfig(broadcast_joins=False),
+    "adaptive=False": DistributedConfig(adaptive=False),
     "partial_reduce=True": DistributedConfig(partial_reduce=True),
     "children_isolator_unions=False": DistributedConfig(children_isolator_unions=False),
     "dynamic_task_count=True": DistributedConfig(dynamic_task_count=True),

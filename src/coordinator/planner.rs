@@ -505,7 +505,12 @@ impl ClusterPlanner {
                 .map_err(failed_first("a scalar subquery"))?;
         }
         clock.lap("subqueries");
-        let adaptive = Adaptive::from_options(&req.options)?;
+        let mut adaptive = Adaptive::from_options(&req.options)?;
+        // A collected join is only correct across tasks when its build side is broadcast.
+        let broadcasts =
+            datafusion_distributed::DistributedConfig::from_config_options(state.config_options())?
+                .broadcast_joins;
+        adaptive.on &= broadcasts;
         if req.role != Role::Internal && adaptive_joins::worth_it(&plan, adaptive)? {
             // Build sides run first are our work: apart from the query's tasks and progress.
             let mut run_state = state_for(

@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import SPLIT_CONFIG
 from datafusion import SessionContext, col, lit
 from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedContext, LocalCluster
-from conftest import SPLIT_CONFIG
 from datafusion_distributed_py.testing import assert_ran_on_workers, assert_same_rows
 
 KEYS = 20_000
@@ -178,7 +178,8 @@ def test_the_dataframe_api_is_planned_from_real_sizes_too(
     "sql",
     [
         # Each join type a broadcast may take, and one it may not (LEFT emits build rows).
-        "SELECT count(*) AS n FROM dims RIGHT JOIN facts ON f_key = d_key AND d_name LIKE 'narrow%'",
+        "SELECT count(*) AS n FROM dims RIGHT JOIN facts "
+        "ON f_key = d_key AND d_name LIKE 'narrow%'",
         "SELECT count(*) AS n FROM facts WHERE f_key IN "
         "(SELECT d_key FROM dims WHERE d_name LIKE 'narrow%')",
         "SELECT count(*) AS n FROM facts WHERE f_key NOT IN "
@@ -208,3 +209,18 @@ def test_an_error_in_the_side_run_first_is_single_nodes_error(
     with pytest.raises(Exception, match="Divide by zero") as ours:
         dctx.sql(sql).collect()
     assert type(ours.value) is type(single.value)
+
+
+def test_without_broadcasts_joins_stay_as_planned(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    """A collected join is correct across tasks only when its build side is broadcast: with
+    ``broadcast_joins=False`` no join is changed."""
+    ctx, dctx = both
+    dctx.sql("SET distributed.broadcast_joins = false")
+    df = dctx.sql(SQL)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(SQL).to_arrow_table(), ordered=True)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df)
+    assert "mode=Partitioned" in join_line(plan)
+    assert "planned from real sizes" not in plan
