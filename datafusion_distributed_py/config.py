@@ -249,6 +249,10 @@ _TYPES: dict[str, type] = {
     "adaptive_broadcast_bytes": int,
 }
 
+#: Fields of this package's own that its Rust core reads among the planner's options
+#: (``src/coordinator/adaptive_joins.rs``); the crate's planner does not know them.
+CORE_OPTIONS = frozenset({"adaptive", "adaptive_broadcast_bytes"})
+
 #: Fields of this package's own, not options of the crate's planner.
 _OWN = frozenset(
     {

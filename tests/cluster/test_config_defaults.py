@@ -7,6 +7,7 @@ from __future__ import annotations
 from conftest import SPLIT_CONFIG
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, _internal
+from datafusion_distributed_py.config import CORE_OPTIONS
 from datafusion_distributed_py.testing import assert_same_rows, is_distributed, shuffle_bytes
 
 #: Knobs whose default is ours, not the crate's, and why.
@@ -28,6 +29,10 @@ def _same(a: str, b: str) -> bool:
 def test_every_knob_sent_is_the_planners_default_unless_we_say_why():
     crate = _internal.planner_defaults()
     sent = DistributedConfig().to_options()
+    # Ours that our core reads among them (joins planned from real sizes) are sent too.
+    ours = {f"distributed.{name}" for name in CORE_OPTIONS}
+    assert ours <= set(sent)
+    sent = {k: v for k, v in sent.items() if k not in ours}
     # Every knob the planner has is one we send, and every one we send, it has.
     assert set(sent) == set(crate), set(sent) ^ set(crate)
     for key, value in sent.items():
