@@ -548,14 +548,13 @@ mod tests {
         ctx
     }
 
+    async fn physical(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let df = ctx.sql(sql).await.unwrap();
+        df.create_physical_plan().await.unwrap()
+    }
+
     async fn join_of(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical(ctx, sql).await;
         let mut found = None;
         let mut pending = vec![plan];
         while let Some(node) = pending.pop() {
@@ -639,13 +638,7 @@ mod tests {
         let ctx = session().await;
         let sql = "SELECT name, sum(v) AS s FROM facts JOIN dims ON facts.k = dims.k \
                    WHERE name LIKE 'n7%' GROUP BY name ORDER BY name";
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical(&ctx, sql).await;
         let settled = settle(Arc::clone(&plan), ctx.state().config_options()).unwrap();
         let shown = displayable(settled.as_ref()).indent(false).to_string();
         assert!(shown.starts_with("SortPreservingMergeExec"), "{shown}");

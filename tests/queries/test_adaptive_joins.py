@@ -69,6 +69,18 @@ def both(data: Path, workers: LocalCluster | None) -> tuple[SessionContext, Dist
     return ctx, DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
 
 
+def run_partitioned(ctx: SessionContext, dctx: DistributedContext, sql: str, setting: str) -> str:
+    """Runs ``sql`` after ``setting``: single-node's rows, on the workers, and its join left
+    partitioned; returns the plan."""
+    dctx.sql(setting)
+    df = dctx.sql(sql)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df)
+    assert "mode=Partitioned" in join_line(plan)
+    return plan
+
+
 def join_line(plan: str) -> str:
     (line,) = [x for x in plan.splitlines() if "HashJoinExec" in x and "d_key" in x]
     return line
@@ -130,12 +142,7 @@ def test_a_side_over_the_limit_stays_partitioned(
     ctx, dctx = both
     # 'wide%' keeps 19,000 of dims' rows (guessed at 4,000): over 100 kB once it ran.
     sql = SQL.replace("narrow%", "wide%")
-    dctx.sql("SET distributed.adaptive_broadcast_bytes = 100000")
-    df = dctx.sql(sql)
-    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
-    assert_ran_on_workers(df, dctx)
-    plan = dctx.explain(df)
-    assert "mode=Partitioned" in join_line(plan)
+    plan = run_partitioned(ctx, dctx, sql, "SET distributed.adaptive_broadcast_bytes = 100000")
     assert "partitioned; its build side ran first and passed 100000 bytes" in plan, plan
 
 
@@ -149,11 +156,7 @@ def test_a_side_estimated_far_over_the_limit_is_not_run_first(
     sql = """SELECT count(*) AS n, sum(f_val) AS total FROM facts JOIN
              (SELECT d_key, max(d_name) AS d_name FROM dims WHERE d_name LIKE 'narrow%'
               GROUP BY d_key) d ON f_key = d_key"""
-    dctx.sql("SET distributed.adaptive_broadcast_bytes = 1000")
-    df = dctx.sql(sql)
-    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
-    plan = dctx.explain(df)
-    assert "mode=Partitioned" in join_line(plan)
+    plan = run_partitioned(ctx, dctx, sql, "SET distributed.adaptive_broadcast_bytes = 1000")
     assert re.search(r"partitioned; its build side is estimated at \d+ bytes", plan), plan
 
 
@@ -217,10 +220,5 @@ def test_without_broadcasts_joins_stay_as_planned(
     """A collected join is correct across tasks only when its build side is broadcast: with
     ``broadcast_joins=False`` no join is changed."""
     ctx, dctx = both
-    dctx.sql("SET distributed.broadcast_joins = false")
-    df = dctx.sql(SQL)
-    assert_same_rows(df.to_arrow_table(), ctx.sql(SQL).to_arrow_table(), ordered=True)
-    assert_ran_on_workers(df, dctx)
-    plan = dctx.explain(df)
-    assert "mode=Partitioned" in join_line(plan)
+    plan = run_partitioned(ctx, dctx, SQL, "SET distributed.broadcast_joins = false")
     assert "planned from real sizes" not in plan
