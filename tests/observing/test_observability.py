@@ -144,8 +144,8 @@ def test_a_querys_fixed_cost_is_timed_step_by_step(ctx, dctx):
     plan = source_of(df)
     planned = [name for name, _ in plan.steps()]
     assert planned == [
-        "workers", "session", "decode", "kept tables", "checks", "subqueries", "rewrites",
-        "stages",
+        "workers", "session", "decode", "kept tables", "checks", "subqueries",
+        "adaptive joins", "rewrites", "stages",
     ]  # fmt: skip
     assert rows(df.to_arrow_table()) == rows(ctx.sql(GROUPED).to_arrow_table())
     assert_ran_on_workers(df, dctx)
