@@ -212,6 +212,8 @@ def test_an_error_in_the_side_run_first_is_single_nodes_error(
     with pytest.raises(Exception, match="Divide by zero") as ours:
         dctx.sql(sql).collect()
     assert type(ours.value) is type(single.value)
+    # It failed when its build side ran first, and so ran single-node, which raised.
+    assert "a join's build side fails when run first" in dctx.explain(sql)
 
 
 def test_without_broadcasts_joins_stay_as_planned(
