@@ -491,14 +491,16 @@ impl ClusterPlanner {
             headers.extend(window_function_headers(&plan, &*req.codec)?);
         }
         pass_headers(&mut state, &headers)?;
+        // What runs while planning (scalar subqueries, build sides of joins) is our own work:
+        // its tasks are kept apart from the query's (its progress, metrics, explain).
+        let own_work_state = || {
+            let log = Arc::new(TaskLog::with_progress(None, attempt));
+            let mut own = state_for(&urls, &options, &log)?;
+            pass_headers(&mut own, &headers)?;
+            Ok::<_, DataFusionError>(own)
+        };
         if subqueries::holds_subqueries(&plan) {
-            // Their tasks are kept apart from the query's (its progress, metrics, explain).
-            let mut sub_state = state_for(
-                &urls,
-                &options,
-                &Arc::new(TaskLog::with_progress(None, attempt)),
-            )?;
-            pass_headers(&mut sub_state, &headers)?;
+            let sub_state = own_work_state()?;
             let codec = &*req.codec;
             plan = subqueries::run_first(plan, &sub_state, codec)
                 .await
@@ -512,13 +514,7 @@ impl ClusterPlanner {
                 .broadcast_joins;
         adaptive.on &= broadcasts;
         if req.role != Role::Internal && adaptive_joins::worth_it(&plan, adaptive)? {
-            // Build sides run first are our work: apart from the query's tasks and progress.
-            let mut run_state = state_for(
-                &urls,
-                &options,
-                &Arc::new(TaskLog::with_progress(None, attempt)),
-            )?;
-            pass_headers(&mut run_state, &headers)?;
+            let run_state = own_work_state()?;
             let (adapted, decisions) =
                 adaptive_joins::plan_joins(plan, &run_state, adaptive, req.stall_timeout)
                     .await
