@@ -55,6 +55,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use super::distribute::distribute_plan;
+use super::skewed_keys;
 use crate::errors::{worker_failure, FailureKind};
 use crate::plan_rewrites;
 
@@ -135,7 +136,7 @@ impl Limit {
 }
 
 /// What was decided for one join, and on what size: `explain` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// The join's keys, as the plan shows them (`p_partkey@0 = l_partkey@1`).
     pub keys: String,
@@ -145,7 +146,7 @@ pub struct Decision {
 }
 
 /// The size a join's strategy was decided on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum MadeOn {
     /// Its build side ran first and ended within the limit: broadcast.
     Whole { rows: usize, bytes: usize },
@@ -157,11 +158,14 @@ pub enum MadeOn {
     /// Its build side's estimate was too close to its probe side's for a broadcast to pay:
     /// partitioned, not run first.
     NoGain { rows: usize, probe_rows: usize },
+    /// Left partitioned, its probe side's sample found these keys hot: split `ways` ways.
+    Skewed { hot: skewed_keys::Hot, ways: usize },
 }
 
 impl Decision {
-    pub fn broadcast(&self) -> bool {
-        matches!(self.made_on, MadeOn::Whole { .. })
+    /// Whether the join's plan changed (broadcast, or hot keys split).
+    pub fn changes_plan(&self) -> bool {
+        matches!(self.made_on, MadeOn::Whole { .. } | MadeOn::Skewed { .. })
     }
 }
 
@@ -169,13 +173,22 @@ impl std::fmt::Display for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (keys, limit) = (&self.keys, self.limit);
         let (most_bytes, most_rows) = (limit.bytes, limit.rows);
-        match self.made_on {
+        match &self.made_on {
+            MadeOn::Skewed { hot, ways } => write!(
+                f,
+                "join on {keys}: skewed keys split {ways} ways: {} held {} of {} sampled probe \
+                 rows; each of their probe rows goes to one of {ways} parts, their build rows \
+                 to all",
+                hot.shown(),
+                hot.rows,
+                hot.sampled
+            ),
             MadeOn::Whole { rows, bytes } => write!(
                 f,
                 "join on {keys}: broadcast; its build side ran first: {rows} rows, {bytes} \
                  bytes (at most {most_rows} rows, {most_bytes} bytes are broadcast)"
             ),
-            MadeOn::Over { rows, bytes } => {
+            &MadeOn::Over { rows, bytes } => {
                 let passed = match bytes > most_bytes {
                     true => format!("{most_bytes} bytes"),
                     false => format!("{most_rows} rows"),
@@ -203,13 +216,15 @@ impl std::fmt::Display for Decision {
 }
 
 /// `plan` with each partitioned hash join whose build side's size is a guess planned again
-/// from that side's real size (see the module's doc), and the decisions made. A plan the
-/// re-planning cannot make whole again is returned as it was.
+/// from that side's real size (see the module's doc), each one left partitioned with hot keys
+/// in its probe side split (`skewed_keys`), and the decisions made. A plan the re-planning
+/// cannot make whole again is returned as it was.
 pub async fn plan_joins(
     plan: Arc<dyn ExecutionPlan>,
     state: &SessionState,
     adaptive: Adaptive,
     stall_timeout: Option<Duration>,
+    workers: usize,
 ) -> Result<(Arc<dyn ExecutionPlan>, Vec<Decision>)> {
     if !worth_it(&plan, adaptive)? {
         return Ok((plan, Vec::new()));
@@ -219,9 +234,10 @@ pub async fn plan_joins(
         state,
         adaptive,
         stall_timeout,
+        workers,
     };
     let adapted = adapt(Arc::clone(&plan), &run, &mut decisions).await?;
-    if !decisions.iter().any(Decision::broadcast) {
+    if !decisions.iter().any(Decision::changes_plan) {
         return Ok((plan, decisions));
     }
     match settle(adapted, state.config_options()) {
@@ -242,17 +258,19 @@ pub fn worth_it(plan: &Arc<dyn ExecutionPlan>, adaptive: Adaptive) -> Result<boo
         return Ok(false);
     }
     plan.exists(|node| {
-        Ok(node
-            .downcast_ref::<HashJoinExec>()
-            .is_some_and(|join| !matches!(candidate(join, adaptive), Candidate::No)))
+        Ok(node.downcast_ref::<HashJoinExec>().is_some_and(|join| {
+            !matches!(candidate(join, adaptive), Candidate::No) || skewed_keys::splittable(join)
+        }))
     })
 }
 
 /// How build sides run first: with the query's state, settings and stall timeout.
-struct Run<'a> {
+pub(super) struct Run<'a> {
     state: &'a SessionState,
     adaptive: Adaptive,
     stall_timeout: Option<Duration>,
+    /// The workers the query runs on (how many ways a hot key is split).
+    workers: usize,
 }
 
 /// Children first, so that a build side is run with its own joins already decided.
@@ -277,10 +295,10 @@ fn adapt<'a>(
             limit,
         };
         let limit = match candidate(join, adaptive) {
-            Candidate::No => return Ok(plan),
+            Candidate::No => return split_hot_keys(plan, run, decisions).await,
             Candidate::FarOver { guess, limit } => {
                 decisions.push(decision(MadeOn::Estimate { bytes: guess }, limit));
-                return Ok(plan);
+                return split_hot_keys(plan, run, decisions).await;
             }
             Candidate::NoGain {
                 rows,
@@ -288,7 +306,7 @@ fn adapt<'a>(
                 limit,
             } => {
                 decisions.push(decision(MadeOn::NoGain { rows, probe_rows }, limit));
-                return Ok(plan);
+                return split_hot_keys(plan, run, decisions).await;
             }
             Candidate::RunFirst(limit) => limit,
         };
@@ -296,7 +314,7 @@ fn adapt<'a>(
         match read_up_to(Arc::clone(build), run, limit).await? {
             Read::Over { rows, bytes } => {
                 decisions.push(decision(MadeOn::Over { rows, bytes }, limit));
-                Ok(plan)
+                split_hot_keys(plan, run, decisions).await
             }
             Read::Whole(batches) => {
                 let rows = batches.iter().map(|b| b.num_rows()).sum();
@@ -313,6 +331,33 @@ fn adapt<'a>(
         }
     }
     .boxed()
+}
+
+/// `plan`, a join left partitioned, with the hot keys of its probe side split across its
+/// tasks (`skewed_keys`) when its sample finds any.
+async fn split_hot_keys(
+    plan: Arc<dyn ExecutionPlan>,
+    run: &Run<'_>,
+    decisions: &mut Vec<Decision>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
+        return Ok(plan);
+    };
+    if !skewed_keys::splittable(join) {
+        return Ok(plan);
+    }
+    let Some(hot) = skewed_keys::sample(join, run).await? else {
+        return Ok(plan);
+    };
+    let target = run.state.config_options().execution.target_partitions;
+    let ways = skewed_keys::ways(target, run.workers);
+    let split = skewed_keys::split(join, &hot, ways)?;
+    decisions.push(Decision {
+        keys: keys_of(join),
+        made_on: MadeOn::Skewed { hot, ways },
+        limit: limit_for(join, run.adaptive).0,
+    });
+    Ok(split)
 }
 
 /// What a join is to adaptive planning.
@@ -417,8 +462,20 @@ fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
     streaming && plan.children().into_iter().all(streams)
 }
 
+/// Whether `plan` only reads and passes on rows (scans, filters, projections, repartitions):
+/// its first rows cost little to read.
+pub(super) fn scans_only(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let reads = plan.is::<DataSourceExec>()
+        || plan.is::<FilterExec>()
+        || plan.is::<ProjectionExec>()
+        || plan.is::<RepartitionExec>()
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<CooperativeExec>();
+    reads && plan.children().into_iter().all(scans_only)
+}
+
 /// `plan` below the hash repartitions that feed a partitioned join.
-fn below_shuffle(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
+pub(super) fn below_shuffle(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
     let mut plan = plan;
     while let Some(shuffle) = plan.downcast_ref::<RepartitionExec>() {
         if !matches!(shuffle.partitioning(), Partitioning::Hash(..)) {
@@ -447,44 +504,61 @@ enum Read {
     },
 }
 
-/// Runs `plan` on the workers and reads its rows while they fit in `limit` bytes.
-/// Waits for each batch at most the query's stall timeout: planning never hangs on a worker
-/// that stopped answering.
+/// Runs `plan` on the workers and reads its rows while they fit in `limit`.
 async fn read_up_to(plan: Arc<dyn ExecutionPlan>, run: &Run<'_>, limit: Limit) -> Result<Read> {
+    let (mut batches, mut rows, mut bytes) = (Vec::new(), 0, 0);
+    let what = "a join's build side, run first to plan the join from its size";
+    let ended = run_first(plan, run, what, |batch| {
+        rows += batch.num_rows();
+        bytes += bytes_of(&batch);
+        if batch.num_rows() > 0 {
+            batches.push(batch);
+        }
+        Ok(!limit.passed(rows, bytes))
+    })
+    .await?;
+    Ok(match ended {
+        true => Read::Whole(batches),
+        false => Read::Over { rows, bytes },
+    })
+}
+
+/// Runs `plan` on the workers while planning and hands its batches to `take` until it says
+/// stop (the rest is not computed) or they end; whether they ended. Waits for each batch at
+/// most the query's stall timeout: planning never hangs on a worker that stopped answering.
+pub(super) async fn run_first(
+    plan: Arc<dyn ExecutionPlan>,
+    run: &Run<'_>,
+    what: &str,
+    mut take: impl FnMut(RecordBatch) -> Result<bool>,
+) -> Result<bool> {
     let state = run.state;
     let plan = plan_rewrites::prepare(plan, state.config_options())?;
     let (plan, task_ctx): (_, Arc<TaskContext>) = distribute_plan(plan, state.clone()).await?;
     let mut stream = execute_stream(plan, task_ctx)?;
-    let (mut batches, mut rows, mut bytes) = (Vec::new(), 0, 0);
     loop {
         let next = match run.stall_timeout {
             Some(wait) => tokio::time::timeout(wait, stream.next())
                 .await
-                .map_err(|_| stalled(wait))?,
+                .map_err(|_| stalled(what, wait))?,
             None => stream.next().await,
         };
         let Some(batch) = next.transpose()? else {
-            break;
+            return Ok(true);
         };
-        rows += batch.num_rows();
-        bytes += bytes_of(&batch);
-        if limit.passed(rows, bytes) {
-            return Ok(Read::Over { rows, bytes });
-        }
-        if batch.num_rows() > 0 {
-            batches.push(batch);
+        if !take(batch)? {
+            return Ok(false);
         }
     }
-    Ok(Read::Whole(batches))
 }
 
-fn stalled(wait: Duration) -> datafusion::common::DataFusionError {
+fn stalled(what: &str, wait: Duration) -> datafusion::common::DataFusionError {
     worker_failure(
         None,
         FailureKind::Stalled,
         format!(
-            "stalled: a join's build side, run first to plan the join from its size, gave no \
-             batch for {} s; given up after DistributedConfig.stall_timeout = {} s",
+            "stalled: {what}, gave no batch for {} s; given up after \
+             DistributedConfig.stall_timeout = {} s",
             wait.as_secs(),
             wait.as_secs_f64()
         ),
@@ -508,7 +582,10 @@ fn bytes_of(batch: &RecordBatch) -> usize {
 /// their parents need (a partitioned join's output was hash-partitioned, a collected one's is
 /// its probe side's), the new joins' dynamic filters pushed to the scans they probe, and
 /// DataFusion's own check of the result.
-fn settle(plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+pub(super) fn settle(
+    plan: Arc<dyn ExecutionPlan>,
+    config: &ConfigOptions,
+) -> Result<Arc<dyn ExecutionPlan>> {
     // The root's own ordering and distribution are requirements too (else a root sort-merge
     // looks unneeded): held above the plan meanwhile, as DataFusion's optimizer does.
     let plan = OutputRequirements::new_add_mode().optimize(plan, config)?;

@@ -21,6 +21,7 @@ mod planner;
 mod query;
 mod root;
 mod settings;
+mod skewed_keys;
 mod stage_graph;
 mod stall_guard;
 mod step_clock;

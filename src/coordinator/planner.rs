@@ -516,7 +516,7 @@ impl ClusterPlanner {
         if req.role != Role::Internal && adaptive_joins::worth_it(&plan, adaptive)? {
             let run_state = own_work_state()?;
             let (adapted, decisions) =
-                adaptive_joins::plan_joins(plan, &run_state, adaptive, req.stall_timeout)
+                adaptive_joins::plan_joins(plan, &run_state, adaptive, req.stall_timeout, workers)
                     .await
                     .map_err(failed_first("a join's build side"))?;
             plan = adapted;
