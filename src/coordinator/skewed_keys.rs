@@ -133,7 +133,7 @@ pub async fn sample(join: &HashJoinExec, run: &Run<'_>) -> Result<Option<Hot>> {
         .into_iter()
         .filter(|(_, n)| *n >= threshold)
         .collect();
-    hot.sort_by(|a, b| b.1.cmp(&a.1));
+    hot.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     let mut found = Hot {
         keys: Vec::new(),
         rows: 0,

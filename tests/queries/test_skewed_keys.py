@@ -101,7 +101,8 @@ def test_a_hot_key_is_split_across_the_joins_tasks(
     plan = same_rows_on_workers(ctx, dctx, SQL, ordered=True)
     line = split_line(plan)
     # Only key 7 is hot; it held about half of the sampled probe rows.
-    m = re.search(r"join on d_key@\d+ = f_key@\d+: skewed keys split \d+ ways: 7 held (\d+) of (\d+)", line)
+    shown = r"join on d_key@\d+ = f_key@\d+: skewed keys split \d+ ways: 7 held (\d+) of (\d+)"
+    m = re.search(shown, line)
     assert m, line
     held, sampled = int(m.group(1)), int(m.group(2))
     assert 0.4 < held / sampled < 0.6, line
@@ -119,8 +120,8 @@ def test_a_hot_key_is_split_across_the_joins_tasks(
         "SELECT count(*) AS n FROM facts WHERE EXISTS (SELECT 1 FROM dims WHERE d_key = f_key)",
         "SELECT count(*) AS n FROM facts WHERE NOT EXISTS (SELECT 1 FROM dims WHERE d_key = f_key)",
         # A join filter, and the hot key's build row among others.
-        "SELECT d_name, sum(f_val) AS s FROM facts JOIN dims ON f_key = d_key AND f_val > d_key % 5 "
-        "GROUP BY d_name",
+        "SELECT d_name, sum(f_val) AS s FROM facts JOIN dims "
+        "ON f_key = d_key AND f_val > d_key % 5 GROUP BY d_name",
     ],
 )
 def test_every_join_type_a_hot_key_is_split_in_gives_single_nodes_rows(
