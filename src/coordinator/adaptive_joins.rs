@@ -466,10 +466,11 @@ fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
     streaming && plan.children().into_iter().all(streams)
 }
 
-/// Whether `plan` only reads and passes on rows (scans, filters, projections, repartitions):
-/// its first rows cost little to read.
+/// Whether `plan` only reads and passes on rows (scans of files, memory or kept tables,
+/// filters, projections, repartitions): its first rows cost little to read.
 pub(super) fn scans_only(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let reads = plan.is::<DataSourceExec>()
+        || plan.is::<crate::kept::KeptScanExec>()
         || plan.is::<FilterExec>()
         || plan.is::<ProjectionExec>()
         || plan.is::<RepartitionExec>()

@@ -352,8 +352,8 @@ impl KeptTable {
         // it (a distributed query is given the parts themselves, see `kept::resolve`): the
         // original rows of an in-memory table, and each insert's rows.
         let state = self.state.lock().expect("poisoned");
-        let mut parts = match self.original {
-            Some(_) => vec![KeptPart::whole(None)],
+        let mut parts = match &self.original {
+            Some(rows) => vec![KeptPart::whole(None, rows)],
             None => {
                 let own = state.parts.iter().filter(|p| p.store.is_none());
                 own.cloned().collect()
@@ -361,7 +361,9 @@ impl KeptTable {
         };
         for a in &state.appended {
             match &a.source {
-                AppendSource::Rows(_) => parts.push(KeptPart::whole(Some(a.id))),
+                AppendSource::Rows(rows) => {
+                    parts.push(KeptPart::whole(Some(a.id), rows));
+                }
                 AppendSource::Query(..) => {
                     let id = Some(a.id.to_string());
                     let its = state.parts.iter().filter(|p| p.store == id);

@@ -1,5 +1,6 @@
 //! `KeptPart`: one part of a kept table as the coordinator knows it — which task of which
 //! run made it, where it is held, and how big it is.
+use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -22,13 +23,17 @@ pub struct KeptPart {
 
 impl KeptPart {
     /// A part no store holds, standing for rows the coordinator holds whole (a table's
-    /// original rows, or those an insert kept under `store`), read where they are.
-    pub fn whole(store: Option<Uuid>) -> Self {
+    /// original rows, or those an insert kept under `store`), read where they are. It counts
+    /// them (rows exactly, bytes in memory): a kept table's statistics are its parts'.
+    pub fn whole(store: Option<Uuid>, batches: &[RecordBatch]) -> Self {
         Self {
             task: u32::MAX - 1,
             partition: 0,
-            rows: 0,
-            bytes: 0,
+            rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+            bytes: batches
+                .iter()
+                .map(|b| b.get_array_memory_size() as u64)
+                .sum(),
             on_disk: false,
             process: String::new(),
             holder: None,

@@ -117,14 +117,15 @@ impl KeptScanExec {
         Ok(scan)
     }
 
-    /// What `parts` hold, as the tasks that kept them counted it: their rows exactly, their
-    /// bytes in memory (in proportion to the columns read); nothing known when one of them
-    /// is rows this process holds whole (an in-memory table's, an insert's), which are not
-    /// counted. The planner sizes joins and stages from these, and answers `count(*)`.
+    /// What `parts` hold, as the tasks that kept them counted it (or this process, for rows
+    /// it holds whole: an in-memory table's, an insert's): their rows exactly, their bytes
+    /// in memory (in proportion to the columns read). The planner sizes joins and stages
+    /// from these (a kept table is built from or probed as its size says), and answers
+    /// `count(*)`.
     fn statistics_of(&self, parts: &[KeptPart]) -> Statistics {
         let schema = self.schema();
         let mut stats = Statistics::new_unknown(&schema);
-        if self.op != Op::Read || parts.iter().any(KeptPart::is_whole) {
+        if self.op != Op::Read {
             return stats;
         }
         let rows: u64 = parts.iter().map(|p| p.rows).sum();
@@ -380,6 +381,7 @@ pub fn freed(batches: &[RecordBatch]) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::prelude::SessionConfig;
     use datafusion_distributed::ScaleUpLeafNodeEvent;
@@ -414,10 +416,15 @@ mod tests {
         assert_eq!(all.total_byte_size, Precision::Inexact(160));
         let one = plan.partition_statistics(Some(1)).unwrap();
         assert_eq!(one.num_rows, Precision::Exact(10));
-        // Rows held whole by the coordinator are not counted: nothing is known then.
-        let with_whole = scan(vec![part(0, "http://a:1/"), KeptPart::whole(None)]);
-        let unknown = with_whole.partition_statistics(None).unwrap();
-        assert_eq!(unknown.num_rows, Precision::Absent);
+        // Rows held whole by the coordinator are counted too.
+        let held = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        let with_whole = scan(vec![part(0, "http://a:1/"), KeptPart::whole(None, &[held])]);
+        let counted = with_whole.partition_statistics(None).unwrap();
+        assert_eq!(counted.num_rows, Precision::Exact(13));
     }
 
     #[test]

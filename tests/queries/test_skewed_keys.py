@@ -181,3 +181,17 @@ def test_the_dataframe_api_splits_a_hot_key_too(
     assert_same_rows(df.to_arrow_table(), query(ctx).to_arrow_table(), ordered=True)
     assert_ran_on_workers(df, dctx)
     assert "skewed keys split" in dctx.explain(df)
+
+
+def test_a_hot_key_of_an_in_memory_table_is_split(data: Path, workers: LocalCluster | None) -> None:
+    """An in-memory table over ``keep_tables_above`` is kept on the workers; its exact size
+    makes it the probe side of its join (the smaller table is built), and its hot key is
+    sampled there and split."""
+    ctx = session(data)
+    facts = pq.read_table(data / "facts")
+    ctx.deregister_table("facts")
+    ctx.from_arrow(facts, name="facts")
+    dctx = DistributedContext(ctx, workers=workers, config=SPLIT_CONFIG)
+    plan = same_rows_on_workers(ctx, dctx, SQL, ordered=True)
+    assert "KeptScanExec: table=facts" in plan, plan
+    assert re.search(r"join on d_key@\d+ = f_key@\d+: skewed keys split \d+ ways: 7 held", plan)
