@@ -103,6 +103,11 @@ class DistributedConfig:
         adaptive_broadcast_bytes: the most bytes of build rows an adaptive join broadcasts
             (each probe task holds them all); a build side that passes its join's limit is
             read no further and its join stays partitioned. Default 64 MiB.
+        adaptive_skew_bytes: a partitioned join whose probe side's sample finds a hot key
+            (an eighth of its rows, making its partition twice the average) is split (the
+            key's probe rows spread over the partitions, its build rows sent to each) when
+            that key's rows are estimated at this many bytes or more. Default 256 MiB (as
+            Spark's skew joins); ``0`` splits every hot key. See docs/adaptive-joins.md.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -142,6 +147,7 @@ class DistributedConfig:
     event_log_max_bytes: int = 16 * 1024 * 1024
     adaptive: bool = True
     adaptive_broadcast_bytes: int = 64 * 1024 * 1024
+    adaptive_skew_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -247,11 +253,12 @@ _TYPES: dict[str, type] = {
     "event_log_max_bytes": int,
     "adaptive": bool,
     "adaptive_broadcast_bytes": int,
+    "adaptive_skew_bytes": int,
 }
 
 #: Fields of this package's own that its Rust core reads among the planner's options
 #: (``src/coordinator/adaptive_joins.rs``); the crate's planner does not know them.
-CORE_OPTIONS = frozenset({"adaptive", "adaptive_broadcast_bytes"})
+CORE_OPTIONS = frozenset({"adaptive", "adaptive_broadcast_bytes", "adaptive_skew_bytes"})
 
 #: Fields of this package's own, not options of the crate's planner.
 _OWN = frozenset(

@@ -35,7 +35,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{JoinType, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
-use datafusion::execution::{SessionState, TaskContext};
+use datafusion::execution::SessionState;
 use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_optimizer::output_requirements::OutputRequirements;
@@ -49,40 +49,46 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
-use datafusion::physical_plan::Partitioning;
-use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 
-use super::distribute::distribute_plan;
+use super::join_sides::below_shuffle;
+use super::run_first::{run_first, Run};
 use super::skewed_keys;
-use crate::errors::{worker_failure, FailureKind};
-use crate::plan_rewrites;
 
 /// `distributed.adaptive`: whether joins are planned from their inputs' real sizes.
 pub const ADAPTIVE: &str = "distributed.adaptive";
 /// `distributed.adaptive_broadcast_bytes`: the most bytes of build rows broadcast (each task
 /// of the probe side holds them all).
 pub const BROADCAST_BYTES: &str = "distributed.adaptive_broadcast_bytes";
+/// `distributed.adaptive_skew_bytes`: the least bytes of a hot key's probe rows for its join
+/// to be split (see `skewed_keys`).
+pub const SKEW_BYTES: &str = "distributed.adaptive_skew_bytes";
 /// Our keys among a query's `distributed.*` options (the crate does not know them).
-pub const OUR_KEYS: [&str; 2] = [ADAPTIVE, BROADCAST_BYTES];
+pub const OUR_KEYS: [&str; 3] = [ADAPTIVE, BROADCAST_BYTES, SKEW_BYTES];
 /// The default cap of a broadcast.
 const DEFAULT_BROADCAST_BYTES: usize = 64 * 1024 * 1024;
+/// The default least size of a hot key's probe rows for a split: Spark's (its
+/// `skewedPartitionThresholdInBytes`). A split costs every row of the join a salt and a
+/// second key; below this, a partition holding a hot key does not run long enough for that
+/// to pay (on a 2-core machine it never does: `benchmarks/skew.py`).
+const DEFAULT_SKEW_BYTES: usize = 256 * 1024 * 1024;
 /// A build side up to this size is broadcast whatever the probe side's size (under the cap):
 /// sending it costs less than a stage boundary.
 const SMALL_BYTES: usize = 8 * 1024 * 1024;
 /// A build side of up to this many rows is broadcast whatever the probe side's size: each
 /// probe task builds its hash table alone (a partitioned join builds in every partition at
-/// once), which for so few rows costs less than a shuffle (TPC-H q10 at SF10: 573 K orders
-/// against 1.5 M customers with their text columns).
-const SMALL_ROWS: usize = 1024 * 1024;
+/// once), which for so few rows costs less than a shuffle. Its hash table cannot spill:
+/// 1 M rows broadcast TPC-H q21's orders at SF1, past a 120 MB worker's memory.
+const SMALL_ROWS: usize = 256 * 1024;
 /// Above those, a build side is broadcast when it is at most this share of what its probe
 /// side would shuffle, in bytes and in rows: each probe task receives it whole and builds its
 /// hash table alone, where a shuffle sends the probe side once.
 const PROBE_SHARE: usize = 8;
 const PROBE_ROW_SHARE: usize = 16;
-/// A build side estimated at more than this share of its probe side's rows and bytes is not
-/// run first: even an estimate several times too high leaves no broadcast that would pay.
+/// A build side estimated at more than this share of its probe side's rows is not run first:
+/// even an estimate several times too high leaves no broadcast that would pay.
 const NO_GAIN_SHARE: usize = 4;
 
 /// The settings of adaptive planning, read from (and removed from) a query's options.
@@ -90,6 +96,7 @@ const NO_GAIN_SHARE: usize = 4;
 pub struct Adaptive {
     pub on: bool,
     pub broadcast_bytes: usize,
+    pub skew_bytes: usize,
 }
 
 impl Default for Adaptive {
@@ -97,6 +104,7 @@ impl Default for Adaptive {
         Self {
             on: true,
             broadcast_bytes: DEFAULT_BROADCAST_BYTES,
+            skew_bytes: DEFAULT_SKEW_BYTES,
         }
     }
 }
@@ -110,6 +118,9 @@ impl Adaptive {
         }
         if let Some(v) = options.get(BROADCAST_BYTES) {
             adaptive.broadcast_bytes = parse(BROADCAST_BYTES, v)?;
+        }
+        if let Some(v) = options.get(SKEW_BYTES) {
+            adaptive.skew_bytes = parse(SKEW_BYTES, v)?;
         }
         Ok(adaptive)
     }
@@ -144,6 +155,8 @@ pub struct Decision {
     pub made_on: MadeOn,
     /// The most it would broadcast.
     pub limit: Limit,
+    /// The least bytes of a hot key's probe rows for a split.
+    pub skew_bytes: usize,
 }
 
 /// The size a join's strategy was decided on.
@@ -161,6 +174,9 @@ pub enum MadeOn {
     NoGain { rows: usize, probe_rows: usize },
     /// Left partitioned, its probe side's sample found these keys hot: split `ways` ways.
     Skewed { hot: skewed_keys::Hot, ways: usize },
+    /// Its probe side's sample found these keys hot, their rows estimated at `bytes`: under
+    /// the least a split pays from, not split.
+    SkewedSmall { hot: skewed_keys::Hot, bytes: usize },
 }
 
 impl Decision {
@@ -183,6 +199,16 @@ impl std::fmt::Display for Decision {
                 hot.shown(),
                 hot.rows,
                 hot.sampled
+            ),
+            MadeOn::SkewedSmall { hot, bytes } => write!(
+                f,
+                "join on {keys}: skewed keys not split: {} held {} of {} sampled probe rows, \
+                 about {bytes} bytes of its probe side, under the {} a split pays from \
+                 (distributed.adaptive_skew_bytes)",
+                hot.shown(),
+                hot.rows,
+                hot.sampled,
+                self.skew_bytes
             ),
             MadeOn::Whole { rows, bytes } => write!(
                 f,
@@ -209,8 +235,8 @@ impl std::fmt::Display for Decision {
             MadeOn::NoGain { rows, probe_rows } => write!(
                 f,
                 "join on {keys}: partitioned; its build side is estimated at {rows} rows, \
-                 over 1/{NO_GAIN_SHARE} of its probe side's {probe_rows} (in bytes too): no \
-                 broadcast would pay, and it was not run first"
+                 over 1/{NO_GAIN_SHARE} of its probe side's {probe_rows}: no broadcast would \
+                 pay, and it was not run first"
             ),
         }
     }
@@ -233,11 +259,10 @@ pub async fn plan_joins(
     let mut decisions = Vec::new();
     let run = Run {
         state,
-        adaptive,
         stall_timeout,
         workers,
     };
-    let adapted = adapt(Arc::clone(&plan), &run, &mut decisions).await?;
+    let adapted = adapt(Arc::clone(&plan), &run, adaptive, &mut decisions).await?;
     if !decisions.iter().any(Decision::changes_plan) {
         return Ok((plan, decisions));
     }
@@ -265,26 +290,17 @@ pub fn worth_it(plan: &Arc<dyn ExecutionPlan>, adaptive: Adaptive) -> Result<boo
     })
 }
 
-/// How build sides run first: with the query's state, settings and stall timeout.
-pub(super) struct Run<'a> {
-    state: &'a SessionState,
-    adaptive: Adaptive,
-    stall_timeout: Option<Duration>,
-    /// The workers the query runs on (how many ways a hot key is split).
-    workers: usize,
-}
-
 /// Children first, so that a build side is run with its own joins already decided.
 fn adapt<'a>(
     plan: Arc<dyn ExecutionPlan>,
     run: &'a Run<'a>,
+    adaptive: Adaptive,
     decisions: &'a mut Vec<Decision>,
 ) -> BoxFuture<'a, Result<Arc<dyn ExecutionPlan>>> {
     async move {
-        let adaptive = run.adaptive;
         let mut children = Vec::new();
         for child in plan.children() {
-            children.push(adapt(Arc::clone(child), run, decisions).await?);
+            children.push(adapt(Arc::clone(child), run, adaptive, decisions).await?);
         }
         let plan = replace_children_if_necessary(plan, children)?;
         let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
@@ -294,12 +310,13 @@ fn adapt<'a>(
             keys: keys_of(join),
             made_on,
             limit,
+            skew_bytes: adaptive.skew_bytes,
         };
         let limit = match candidate(join, adaptive) {
-            Candidate::No => return split_hot_keys(plan, run, decisions).await,
+            Candidate::No => return split_hot_keys(plan, run, adaptive, decisions).await,
             Candidate::FarOver { guess, limit } => {
                 decisions.push(decision(MadeOn::Estimate { bytes: guess }, limit));
-                return split_hot_keys(plan, run, decisions).await;
+                return split_hot_keys(plan, run, adaptive, decisions).await;
             }
             Candidate::NoGain {
                 rows,
@@ -307,7 +324,7 @@ fn adapt<'a>(
                 limit,
             } => {
                 decisions.push(decision(MadeOn::NoGain { rows, probe_rows }, limit));
-                return split_hot_keys(plan, run, decisions).await;
+                return split_hot_keys(plan, run, adaptive, decisions).await;
             }
             Candidate::RunFirst(limit) => limit,
         };
@@ -315,7 +332,7 @@ fn adapt<'a>(
         match read_up_to(Arc::clone(build), run, limit).await? {
             Read::Over { rows, bytes } => {
                 decisions.push(decision(MadeOn::Over { rows, bytes }, limit));
-                split_hot_keys(plan, run, decisions).await
+                split_hot_keys(plan, run, adaptive, decisions).await
             }
             Read::Whole(batches) => {
                 let rows = batches.iter().map(|b| b.num_rows()).sum();
@@ -339,6 +356,7 @@ fn adapt<'a>(
 async fn split_hot_keys(
     plan: Arc<dyn ExecutionPlan>,
     run: &Run<'_>,
+    adaptive: Adaptive,
     decisions: &mut Vec<Decision>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
@@ -347,17 +365,29 @@ async fn split_hot_keys(
     if !skewed_keys::splittable(join) {
         return Ok(plan);
     }
-    let Some(hot) = skewed_keys::sample(join, run).await? else {
+    let target = run.state.config_options().execution.target_partitions;
+    let partitions = skewed_keys::partitions(target, run.workers);
+    let Some(hot) = skewed_keys::sample(join, run, partitions).await? else {
         return Ok(plan);
     };
-    let target = run.state.config_options().execution.target_partitions;
-    let ways = skewed_keys::ways(target, run.workers);
+    let (limit, _, probe_bytes) = limit_for(join, adaptive);
+    let bytes = hot.share_of(probe_bytes);
+    let least = adaptive.skew_bytes;
+    let mut decision = |made_on| {
+        decisions.push(Decision {
+            keys: keys_of(join),
+            made_on,
+            limit,
+            skew_bytes: least,
+        })
+    };
+    if bytes < least {
+        decision(MadeOn::SkewedSmall { hot, bytes });
+        return Ok(plan);
+    }
+    let ways = skewed_keys::ways(partitions);
     let split = skewed_keys::split(join, &hot, ways)?;
-    decisions.push(Decision {
-        keys: keys_of(join),
-        made_on: MadeOn::Skewed { hot, ways },
-        limit: limit_for(join, run.adaptive).0,
-    });
+    decision(MadeOn::Skewed { hot, ways });
     Ok(split)
 }
 
@@ -404,11 +434,8 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
         Precision::Inexact(b) | Precision::Exact(b) => b,
         Precision::Absent => rows.saturating_mul(build.schema().fields().len().max(1) * 8),
     };
-    let (limit, probe_rows, probe_bytes) = limit_for(join, adaptive);
-    // A narrow side against a wide one may pay even with as many rows: its bytes say.
-    if rows.saturating_mul(NO_GAIN_SHARE) > probe_rows
-        && guess.saturating_mul(NO_GAIN_SHARE) > probe_bytes
-    {
+    let (limit, probe_rows, _) = limit_for(join, adaptive);
+    if rows.saturating_mul(NO_GAIN_SHARE) > probe_rows {
         return Candidate::NoGain {
             rows,
             probe_rows,
@@ -466,31 +493,6 @@ fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
     streaming && plan.children().into_iter().all(streams)
 }
 
-/// Whether `plan` only reads and passes on rows (scans of files, memory or kept tables,
-/// filters, projections, repartitions): its first rows cost little to read.
-pub(super) fn scans_only(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let reads = plan.is::<DataSourceExec>()
-        || plan.is::<crate::kept::KeptScanExec>()
-        || plan.is::<FilterExec>()
-        || plan.is::<ProjectionExec>()
-        || plan.is::<RepartitionExec>()
-        || plan.is::<CoalescePartitionsExec>()
-        || plan.is::<CooperativeExec>();
-    reads && plan.children().into_iter().all(scans_only)
-}
-
-/// `plan` below the hash repartitions that feed a partitioned join.
-pub(super) fn below_shuffle(plan: &Arc<dyn ExecutionPlan>) -> &Arc<dyn ExecutionPlan> {
-    let mut plan = plan;
-    while let Some(shuffle) = plan.downcast_ref::<RepartitionExec>() {
-        if !matches!(shuffle.partitioning(), Partitioning::Hash(..)) {
-            break;
-        }
-        plan = shuffle.input();
-    }
-    plan
-}
-
 fn keys_of(join: &HashJoinExec) -> String {
     let keys: Vec<String> = join
         .on()
@@ -526,48 +528,6 @@ async fn read_up_to(plan: Arc<dyn ExecutionPlan>, run: &Run<'_>, limit: Limit) -
         true => Read::Whole(batches),
         false => Read::Over { rows, bytes },
     })
-}
-
-/// Runs `plan` on the workers while planning and hands its batches to `take` until it says
-/// stop (the rest is not computed) or they end; whether they ended. Waits for each batch at
-/// most the query's stall timeout: planning never hangs on a worker that stopped answering.
-pub(super) async fn run_first(
-    plan: Arc<dyn ExecutionPlan>,
-    run: &Run<'_>,
-    what: &str,
-    mut take: impl FnMut(RecordBatch) -> Result<bool>,
-) -> Result<bool> {
-    let state = run.state;
-    let plan = plan_rewrites::prepare(plan, state.config_options())?;
-    let (plan, task_ctx): (_, Arc<TaskContext>) = distribute_plan(plan, state.clone()).await?;
-    let mut stream = execute_stream(plan, task_ctx)?;
-    loop {
-        let next = match run.stall_timeout {
-            Some(wait) => tokio::time::timeout(wait, stream.next())
-                .await
-                .map_err(|_| stalled(what, wait))?,
-            None => stream.next().await,
-        };
-        let Some(batch) = next.transpose()? else {
-            return Ok(true);
-        };
-        if !take(batch)? {
-            return Ok(false);
-        }
-    }
-}
-
-fn stalled(what: &str, wait: Duration) -> datafusion::common::DataFusionError {
-    worker_failure(
-        None,
-        FailureKind::Stalled,
-        format!(
-            "stalled: {what}, gave no batch for {} s; given up after \
-             DistributedConfig.stall_timeout = {} s",
-            wait.as_secs(),
-            wait.as_secs_f64()
-        ),
-    )
 }
 
 /// The bytes of `batch`'s rows: of their slices of its buffers, not of the buffers (a batch
@@ -702,8 +662,8 @@ mod tests {
         let grouped = join_of(&ctx, grouped).await;
         assert!(!streams(below_shuffle(grouped.children()[0])));
         let tiny = Adaptive {
-            on: true,
             broadcast_bytes: 10,
+            ..Adaptive::default()
         };
         let join: &HashJoinExec = grouped.downcast_ref().unwrap();
         assert!(matches!(
@@ -736,6 +696,7 @@ mod tests {
                     bytes: 100,
                     rows: 50,
                 },
+                skew_bytes: 1000,
             }
             .to_string()
         };

@@ -4,7 +4,8 @@
 //! the probe side's rows gives one task that share of the work while the others wait (Spark's
 //! adaptive execution splits such partitions). So, before the query is cut into stages, the
 //! probe side of a partitioned join is sampled (its first rows, read on the workers); a key
-//! holding at least 1/`HOT_SHARE` of the sample is hot. The join is then planned on its keys
+//! is hot when it holds at least 1/`HOT_SHARE` of the sample and enough to make its partition
+//! twice the average of the join's partitions. The join is then planned on its keys
 //! plus a salt:
 //! - a hot key's probe rows each get a random salt in `0..ways`;
 //! - a hot key's build rows are sent once with every salt;
@@ -32,7 +33,8 @@ use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::unnest::{ListUnnest, UnnestExec};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::adaptive_joins::{below_shuffle, run_first, scans_only, Run};
+use super::join_sides::{below_shuffle, scans_only};
+use super::run_first::{run_first, Run};
 
 /// The most probe rows read to find hot keys: two batches. Enough to see a key of an eighth
 /// of them; a bigger sample costs more than it finds (100,000 rows added 6% to TPC-H SF1's
@@ -40,7 +42,7 @@ use super::adaptive_joins::{below_shuffle, run_first, scans_only, Run};
 pub const SAMPLE_ROWS: usize = 16_384;
 /// A probe side estimated under this many rows is not sampled: no key of it is much work.
 const MIN_PROBE_ROWS: usize = 10_000;
-/// A key holding at least 1/`HOT_SHARE` of the sample is hot (and so at most this many are).
+/// A key holding at least 1/`HOT_SHARE` of the sample may be hot (so at most this many are).
 const HOT_SHARE: usize = 8;
 /// ...and at least this many of its rows.
 const MIN_HOT_ROWS: usize = 1_000;
@@ -58,6 +60,11 @@ pub struct Hot {
 }
 
 impl Hot {
+    /// The share of `total` (a probe side's bytes) the hot keys held in the sample.
+    pub fn share_of(&self, total: usize) -> usize {
+        (total as f64 * self.rows as f64 / self.sampled.max(1) as f64) as usize
+    }
+
     /// The hot keys as the plan would write them: `7`, `(7, 'a')`.
     pub fn shown(&self) -> String {
         let one = |key: &Vec<ScalarValue>| {
@@ -98,8 +105,8 @@ pub fn splittable(join: &HashJoinExec) -> bool {
 }
 
 /// The hot keys of `join`'s probe side, read from its first `SAMPLE_ROWS` rows on the
-/// workers; `None` when no key is hot.
-pub async fn sample(join: &HashJoinExec, run: &Run<'_>) -> Result<Option<Hot>> {
+/// workers, when it runs in `partitions`; `None` when no key is hot.
+pub async fn sample(join: &HashJoinExec, run: &Run<'_>, partitions: usize) -> Result<Option<Hot>> {
     let probe = Arc::clone(below_shuffle(join.right()));
     let keys: Vec<Arc<dyn PhysicalExpr>> = join.on().iter().map(|(_, r)| Arc::clone(r)).collect();
     let schema = probe.schema();
@@ -128,7 +135,9 @@ pub async fn sample(join: &HashJoinExec, run: &Run<'_>) -> Result<Option<Hot>> {
         Ok(sampled < SAMPLE_ROWS)
     })
     .await?;
-    let threshold = (sampled / HOT_SHARE).max(MIN_HOT_ROWS);
+    let threshold = (sampled / HOT_SHARE)
+        .max(hot_from(sampled, partitions))
+        .max(MIN_HOT_ROWS);
     let mut hot: Vec<(OwnedRow, usize)> = counts
         .into_iter()
         .filter(|(_, n)| *n >= threshold)
@@ -155,9 +164,22 @@ pub async fn sample(join: &HashJoinExec, run: &Run<'_>) -> Result<Option<Hot>> {
     Ok((!found.keys.is_empty()).then_some(found))
 }
 
-/// How many ways a hot key is split: a share for every partition the join may run in.
-pub fn ways(target_partitions: usize, workers: usize) -> usize {
-    (target_partitions * workers.max(1) * 2).clamp(4, 64)
+/// The fewest of `sampled` rows a key holds for its partition to be twice the average of
+/// `partitions` (it holds h of the rows: h + (1 - h) / p >= 2 / p, so h >= 1 / (p - 1)).
+/// Splitting costs every row of the join a salt and a second key; a lesser key is not
+/// worth it.
+fn hot_from(sampled: usize, partitions: usize) -> usize {
+    sampled / partitions.saturating_sub(1).max(1)
+}
+
+/// The partitions a join may run in: each worker's share of it, on every worker.
+pub fn partitions(target_partitions: usize, workers: usize) -> usize {
+    target_partitions.max(1) * workers.max(1)
+}
+
+/// How many ways a hot key is split: two for every partition the join may run in.
+pub fn ways(partitions: usize) -> usize {
+    (partitions * 2).clamp(4, 64)
 }
 
 /// `join` planned on its keys plus a salt that splits `hot` keys `ways` ways (see the
@@ -374,6 +396,17 @@ mod tests {
         }
         lines.sort();
         lines
+    }
+
+    #[test]
+    fn a_key_is_hot_when_it_doubles_its_partition() {
+        // Four partitions: a key of a third of the rows makes its partition 1/3 + 2/3 / 4 =
+        // 1/2, twice the average; eight: a seventh.
+        assert_eq!(hot_from(3000, 4), 1000);
+        assert_eq!(hot_from(7000, 8), 1000);
+        assert_eq!(hot_from(1000, 1), 1000);
+        assert_eq!(ways(partitions(2, 2)), 8);
+        assert_eq!(ways(partitions(16, 8)), 64);
     }
 
     #[test]
