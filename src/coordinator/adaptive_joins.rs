@@ -563,31 +563,19 @@ pub(super) fn settle(
 #[cfg(test)]
 mod tests {
     use datafusion::physical_plan::displayable;
-    use datafusion::prelude::{SessionConfig, SessionContext};
+    use datafusion::prelude::SessionContext;
 
     use super::*;
+    use crate::coordinator::test_sessions::partitioned_joins;
 
     /// Two tables of 2,000 rows; every join of more than 100 rows planned partitioned.
     async fn session() -> SessionContext {
-        let config = SessionConfig::new()
-            .set_usize(
-                "datafusion.optimizer.hash_join_single_partition_threshold",
-                100,
-            )
-            .set_usize(
-                "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-                100,
-            )
-            .with_target_partitions(2);
-        let ctx = SessionContext::new_with_config(config);
-        for sql in [
+        partitioned_joins(&[
             "CREATE TABLE facts AS SELECT value AS k, value % 7 AS v FROM generate_series(1, 2000)",
             "CREATE TABLE dims AS SELECT value AS k, concat('n', value % 100) AS name \
              FROM generate_series(1, 2000)",
-        ] {
-            ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        }
-        ctx
+        ])
+        .await
     }
 
     async fn physical(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {

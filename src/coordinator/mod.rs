@@ -30,6 +30,8 @@ mod step_clock;
 mod subqueries;
 mod table;
 mod task_log;
+#[cfg(test)]
+mod test_sessions;
 mod tracking;
 
 pub use kept_append::{InsertProvider, APPEND_EXEC};

@@ -315,31 +315,19 @@ fn columns_of(schema: &Schema) -> impl Iterator<Item = (Arc<dyn PhysicalExpr>, S
 #[cfg(test)]
 mod tests {
     use datafusion::physical_plan::collect;
-    use datafusion::prelude::{SessionConfig, SessionContext};
+    use datafusion::prelude::SessionContext;
 
     use super::*;
+    use crate::coordinator::test_sessions::partitioned_joins;
 
     /// Every join of more than 100 rows planned partitioned; `facts.k` is 7 in half its rows.
     async fn session() -> SessionContext {
-        let config = SessionConfig::new()
-            .set_usize(
-                "datafusion.optimizer.hash_join_single_partition_threshold",
-                100,
-            )
-            .set_usize(
-                "datafusion.optimizer.hash_join_single_partition_threshold_rows",
-                100,
-            )
-            .with_target_partitions(2);
-        let ctx = SessionContext::new_with_config(config);
-        for sql in [
+        partitioned_joins(&[
             "CREATE TABLE facts AS SELECT CASE WHEN value % 2 = 0 THEN 7 ELSE value % 3000 END \
              AS k, value AS v FROM generate_series(1, 20000)",
             "CREATE TABLE dims AS SELECT value AS k, value % 10 AS g FROM generate_series(1, 2000)",
-        ] {
-            ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        }
-        ctx
+        ])
+        .await
     }
 
     fn hash_join(plan: &Arc<dyn ExecutionPlan>) -> Option<&HashJoinExec> {
