@@ -44,7 +44,7 @@ def keep_memory_tables(engine: Engine, df: DataFrame) -> bool:
     carry the rows in their plans, so the caller makes ``df`` again."""
     ctx, kept_any = engine.ctx, False
     for name, ref in scanned_tables(df.logical_plan()).items():
-        rows = _memory_table_rows(engine, ref)
+        rows = _rows_to_keep(engine, ref)
         if rows is None or sum(b.nbytes for b in rows) <= engine.config.keep_tables_above:
             continue
         table = ctx.table(ref)
@@ -58,13 +58,17 @@ def keep_memory_tables(engine: Engine, df: DataFrame) -> bool:
     return kept_any
 
 
-def _memory_table_rows(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
-    """The rows of table ``ref`` when it is an in-memory table (zero-copy), else None.
+def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
+    """The rows of table ``ref`` when it is an in-memory table (zero-copy) that may hold more
+    than ``keep_tables_above`` bytes, else None.
 
     datafusion-python 55 does not tell a table's kind, so its scan's one-line display says
     (``DataSourceExec: partitions=.., partition_sizes=..`` is an in-memory scan). What is not
     in-memory is remembered by schema, so that a file table is not planned again for each
-    query that reads it (each planning lists its files).
+    query that reads it (each planning lists its files). An in-memory table's rows are
+    collected only when its scan, serialised, is over half the limit: serialised, rows take
+    about their bytes in memory, and serialising a small scan costs a few microseconds where
+    collecting it plans it again (a tenth of a millisecond at every query).
     """
     try:
         table = engine.ctx.table(ref)
@@ -78,6 +82,8 @@ def _memory_table_rows(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
         node = node.children()[0]  # a projection over the scan
     if not (node.display().startswith("DataSourceExec: partitions=") and not node.children()):
         engine.not_in_memory[ref] = schema
+        return None
+    if 2 * len(node.to_bytes()) <= engine.config.keep_tables_above:
         return None
     return table.collect()
 

@@ -7,10 +7,11 @@
 //! of the result plans again from the bytes: plan nodes (dynamic filters, join state) must
 //! not be executed twice, and the worker set may have changed.
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result, SchemaExt};
+use datafusion::config::ConfigOptions;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
@@ -215,6 +216,9 @@ pub struct Planned {
 /// The longest a run again after a lost worker waits for the replacements a cluster starts.
 const REPLACEMENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A query's options (by key), and `base`'s config options with them applied.
+type Applied = (HashMap<String, String>, Arc<ConfigOptions>);
+
 pub struct ClusterPlanner {
     cluster: Cluster,
     runtime_env: Arc<RuntimeEnv>,
@@ -222,6 +226,9 @@ pub struct ClusterPlanner {
     base: SessionState,
     /// Asks workers for their running tasks' rows, memory and CPU.
     observer: Arc<Observer>,
+    /// The options of the latest query and `base`'s with them applied: a session's settings
+    /// rarely change between queries, and applying some 200 of them costs more than cloning.
+    applied: Mutex<Option<Applied>>,
 }
 
 impl ClusterPlanner {
@@ -238,6 +245,7 @@ impl ClusterPlanner {
             base: planning_state(Arc::clone(&runtime_env)),
             runtime_env,
             observer: Arc::new(observer),
+            applied: Mutex::default(),
         }
     }
 
@@ -250,6 +258,7 @@ impl ClusterPlanner {
             cluster: Cluster::Remote(workers, channels, Quarantine::default()),
             base: planning_state(Arc::clone(&runtime_env)),
             runtime_env,
+            applied: Mutex::default(),
         }
     }
 
@@ -560,6 +569,20 @@ impl ClusterPlanner {
         })
     }
 
+    /// `base`'s options with `options` applied (see `apply_options`); the same as the latest
+    /// query's when its options were the same.
+    fn options_applied(&self, options: &HashMap<String, String>) -> Result<ConfigOptions> {
+        let mut applied = self.applied.lock().expect("poisoned");
+        if let Some((_, done)) = applied.as_ref().filter(|(same, _)| same == options) {
+            return Ok(ConfigOptions::clone(done));
+        }
+        let mut cfg = self.base.config().clone();
+        apply_options(&mut cfg, options)?;
+        let done = Arc::clone(cfg.options());
+        *applied = Some((options.clone(), Arc::clone(&done)));
+        Ok(ConfigOptions::clone(&done))
+    }
+
     fn session_state(
         &self,
         urls: Vec<Url>,
@@ -568,6 +591,7 @@ impl ClusterPlanner {
         log: &Arc<TaskLog>,
     ) -> Result<SessionState> {
         let mut cfg = self.base.config().clone();
+        *cfg.options_mut() = self.options_applied(options)?;
         cfg.set_distributed_worker_resolver(FixedResolver(urls.clone()));
         let fragments = Arc::new(fragment_codec(Arc::clone(&codec)));
         let (inner, transport): (Arc<dyn ChannelResolver + Send + Sync>, _) = match &self.cluster {
@@ -590,7 +614,6 @@ impl ClusterPlanner {
         cfg.set_distributed_desired_task_count_handler(scan_tasks::desired_task_count);
         cfg.set_distributed_scale_up_leaf_node_handler(scan_tasks::scale_up);
         cfg.set_distributed_route_tasks_handler(kept::route_tasks);
-        apply_options(&mut cfg, options)?;
         let embedded = matches!(self.cluster, Cluster::Embedded(_));
         settle_compression(&mut cfg, &urls, embedded);
         let mut state = self.base.clone();
@@ -678,5 +701,34 @@ fn pass_headers(state: &mut SessionState, headers: &http::HeaderMap) -> Result<(
         false => state
             .config_mut()
             .set_distributed_passthrough_headers(headers.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch_size(planner: &ClusterPlanner, n: &str) -> Result<usize> {
+        let key = "datafusion.execution.batch_size".to_string();
+        let options = HashMap::from([(key, n.to_string())]);
+        Ok(planner
+            .options_applied(&options)?
+            .execution
+            .batch_size
+            .into())
+    }
+
+    #[tokio::test]
+    async fn a_change_of_options_is_applied_and_the_same_ones_reused() {
+        let planner = ClusterPlanner::remote(Workers::Static(vec![]), Security::default());
+        assert_eq!(batch_size(&planner, "100").unwrap(), 100);
+        assert_eq!(batch_size(&planner, "100").unwrap(), 100);
+        assert_eq!(batch_size(&planner, "200").unwrap(), 200);
+        assert_eq!(batch_size(&planner, "100").unwrap(), 100);
+        let bad = HashMap::from([("distributed.no_such".to_string(), "1".to_string())]);
+        for _ in 0..2 {
+            let err = planner.options_applied(&bad).unwrap_err().to_string();
+            assert!(err.contains("distributed.no_such"), "{err}");
+        }
     }
 }

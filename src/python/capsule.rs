@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use datafusion::arrow::ffi_stream::FFI_ArrowArrayStream;
 use datafusion::catalog::TableProvider;
-use datafusion::execution::config::SessionConfig;
 use datafusion::execution::{TaskContext, TaskContextProvider};
 use datafusion_ffi::execution::{FFI_TaskContext, FFI_TaskContextProvider};
 use datafusion_ffi::proto::physical_extension_codec::FFI_PhysicalExtensionCodec;
@@ -130,9 +129,9 @@ pub fn session_functions(session: &Bound<'_, PyAny>) -> PyResult<Arc<SessionFunc
 /// The settings of a datafusion-python `SessionContext` as they are now (what
 /// `information_schema.df_settings` lists), read through its task-context capsule.
 ///
-/// Only the session's config crosses: converting its whole task context would also convert
-/// every registered function, which costs more than the rest of a short query's planning.
-/// Read at each query, so a `SET` made on the session directly applies to the next one.
+/// Only the session's config is read, as the strings it sends (`ffi_settings`): converting
+/// its whole task context would also convert every registered function. Read at each query,
+/// so a `SET` made on the session directly applies to the next one.
 pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, String>> {
     let provider: FFI_TaskContextProvider = import(
         session,
@@ -142,17 +141,11 @@ pub fn session_settings(session: &Bound<'_, PyAny>) -> PyResult<HashMap<String, 
     // SAFETY: function pointers of a provider the capsule name identified; each returned FFI
     // struct releases itself on drop.
     let task_ctx: Result<FFI_TaskContext, _> = unsafe { (provider.task_ctx)(&provider) }.into();
-    let unreadable =
-        |e: String| DistributedError::new_err(format!("cannot read the session's settings: {e}"));
-    let task_ctx = task_ctx.map_err(|e| unreadable(e.to_string()))?;
+    let task_ctx = task_ctx.map_err(|e| {
+        DistributedError::new_err(format!("cannot read the session's settings: {e}"))
+    })?;
     let ffi_config = unsafe { (task_ctx.session_config)(&task_ctx) };
-    let config = SessionConfig::try_from(&ffi_config).map_err(|e| unreadable(e.to_string()))?;
-    Ok(config
-        .options()
-        .entries()
-        .into_iter()
-        .filter_map(|e| e.value.map(|v| (e.key, v)))
-        .collect())
+    Ok(super::ffi_settings::settings_of(&ffi_config))
 }
 
 /// The Arrow C stream of `obj` (anything with `__arrow_c_stream__`: a pyarrow table or

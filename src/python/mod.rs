@@ -10,6 +10,7 @@ mod coordinator;
 mod defaults;
 mod errors;
 mod ffi_scan;
+mod ffi_settings;
 mod health;
 mod in_memory_table;
 mod kept_insert;

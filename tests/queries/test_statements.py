@@ -7,7 +7,7 @@ import pytest
 from datafusion import SessionContext
 
 from datafusion_distributed_py import DistributedContext
-from datafusion_distributed_py.testing import is_distributed
+from datafusion_distributed_py.testing import assert_ran_on_workers, is_distributed
 
 QUERY = "SELECT k, count(*) AS n FROM t GROUP BY k"
 
@@ -69,3 +69,23 @@ def test_explain_however_written_shows_the_distributed_plan(dctx, statement, kin
     (row,) = dctx.sql(statement).to_pylist()
     assert row["plan_type"] == kind
     assert "DistributedExec" in row["plan"] and is_distributed(row["plan"]), row["plan"]
+
+
+def test_a_session_setting_changed_between_queries_reaches_the_next_plan(dctx):
+    """The session's settings are read at each query (and the planner reuses them only while
+    they are the same): a SET on the session itself, and its undoing, reach the next plan."""
+    ctx = dctx.ctx
+    want = sorted(ctx.sql(QUERY).to_pylist(), key=str)
+
+    def planned_with(partitions: int) -> None:
+        df = dctx.sql(QUERY)
+        assert f"Hash([k@0], {partitions})" in dctx.explain(QUERY)
+        assert sorted(df.to_pylist(), key=str) == want
+        assert_ran_on_workers(df, dctx)
+
+    ctx.sql("SET datafusion.execution.target_partitions = 3")
+    planned_with(3)
+    ctx.sql("SET datafusion.execution.target_partitions = 5")
+    planned_with(5)
+    ctx.sql("SET datafusion.execution.target_partitions = 3")
+    planned_with(3)
