@@ -83,7 +83,11 @@ def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
     if not (node.display().startswith("DataSourceExec: partitions=") and not node.children()):
         engine.not_in_memory[ref] = schema
         return None
-    if 2 * len(node.to_bytes()) <= engine.config.keep_tables_above:
+    try:
+        serialised = len(node.to_bytes())
+    except Exception:  # a type the plan's encoding lacks: sized by its rows instead
+        serialised = engine.config.keep_tables_above
+    if 2 * serialised <= engine.config.keep_tables_above:
         return None
     return table.collect()
 

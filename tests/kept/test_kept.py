@@ -134,6 +134,18 @@ def test_a_small_in_memory_table_travels_inline(workers):
     assert not any(n == "small" for _, n, _ in _internal.kept_tables())
 
 
+@pytest.mark.parametrize(("rows", "kept"), [(999, False), (1001, True)])
+def test_an_in_memory_table_is_kept_by_its_bytes_either_side_of_the_limit(workers, rows, kept):
+    """``keep_tables_above`` counts the table's bytes in memory (8 per int64 here): a cheap
+    serialised size only rules out tables far under it, never one just over."""
+    ctx = SessionContext()
+    ctx.from_pydict({"k": list(range(rows))}, name="edge")
+    config = DistributedConfig(keep_tables_above=8_000)
+    dctx = DistributedContext(ctx, workers, config=config, progress=False)
+    assert_distributed_equal(ctx, dctx, "SELECT sum(k) AS s FROM edge", stages=False)
+    assert any(k.name == "edge" for k in dctx.status().kept) == kept
+
+
 def test_create_table_as_statements_answer_as_single_node(workers):
     single, ctx, dctx = _pair(workers)
     for m in (single, dctx):
