@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from datafusion import SessionContext
+from datafusion import SessionContext, col
+from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedContext
 from datafusion_distributed_py.testing import assert_ran_on_workers, is_distributed
@@ -71,17 +72,21 @@ def test_explain_however_written_shows_the_distributed_plan(dctx, statement, kin
     assert "DistributedExec" in row["plan"] and is_distributed(row["plan"]), row["plan"]
 
 
-def test_a_session_setting_changed_between_queries_reaches_the_next_plan(dctx):
+def test_a_session_setting_changed_between_queries_reaches_the_next_plan(workers):
     """The session's settings are read at each query (and the planner reuses them only while
-    they are the same): a SET on the session itself, and its undoing, reach the next plan."""
-    ctx = dctx.ctx
+    they are the same): a SET on the session itself, and its undoing, reach the next plan,
+    through SQL and through the DataFrame API alike."""
+    ctx = SessionContext()
+    ctx.from_pydict({"k": [1, 2, 2, 3, 3, 3]}, name="t")
+    dctx = DistributedContext(ctx, workers, progress=False)
     want = sorted(ctx.sql(QUERY).to_pylist(), key=str)
 
     def planned_with(partitions: int) -> None:
-        df = dctx.sql(QUERY)
-        assert f"Hash([k@0], {partitions})" in dctx.explain(QUERY)
-        assert sorted(df.to_pylist(), key=str) == want
-        assert_ran_on_workers(df, dctx)
+        frame = dctx.table("t").aggregate([col("k")], [f.count(col("k")).alias("n")])
+        for df in (dctx.sql(QUERY), frame):
+            assert f"Hash([k@0], {partitions})" in dctx.explain(df)
+            assert sorted(df.to_pylist(), key=str) == want
+            assert_ran_on_workers(df, dctx)
 
     ctx.sql("SET datafusion.execution.target_partitions = 3")
     planned_with(3)
