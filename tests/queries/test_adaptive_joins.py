@@ -9,7 +9,9 @@ key, 40 row groups of 500 keys each; the 1,000 keys fall in two of them).
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -224,3 +226,43 @@ def test_without_broadcasts_joins_stay_as_planned(
     ctx, dctx = both
     plan = run_partitioned(ctx, dctx, SQL, "SET distributed.broadcast_joins = false")
     assert "planned from real sizes" not in plan
+
+
+def test_the_dashboard_shows_each_decision_and_its_size(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    """The query's page on the dashboard (its plan with metrics) names how each join was
+    planned and the size that decided it: a broadcast, then a side over the limit."""
+    ctx, dctx = both
+    wide = SQL.replace("narrow%", "wide%")
+    frames = []  # a query's page shows its plan while its frame lives
+    with dctx.dashboard() as board:
+        for sql, setting in ((SQL, None), (wide, "adaptive_broadcast_bytes = 100000")):
+            if setting:
+                dctx.sql(f"SET distributed.{setting}")
+            df = dctx.sql(sql)
+            assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=True)
+            assert_ran_on_workers(df, dctx)
+            frames.append(df)
+        status = json.loads(_get(board.url, "api/status"))
+        ids = {" ".join(q["sql"].split()): q["id"] for q in status["queries"]}
+        shown = [_get(board.url, f"api/plan?id={ids[' '.join(s.split())]}") for s in (SQL, wide)]
+    assert re.search(
+        r"Joins planned from real sizes:\n  join on d_key@\d+ = f_key@\d+: broadcast; its build "
+        r"side ran first: 1000 rows, \d+ bytes",
+        shown[0],
+    ), shown[0]
+    assert "mode=CollectLeft" in join_line(shown[0])
+    assert re.search(r"partitioned; its build side ran first and passed 100000 bytes", shown[1]), (
+        shown[1]
+    )
+    assert "mode=Partitioned" in join_line(shown[1])
+
+
+def _get(board_url: str, path: str) -> str:
+    """``path`` of the dashboard at ``board_url`` (its token, if any, in the query string)."""
+    base, _, query = board_url.partition("?")
+    sep = "&" if "?" in path else "?"
+    url = base + path + (sep + query if query else "")
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.read().decode()
