@@ -19,7 +19,6 @@ use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::DistributedCodec;
-use datafusion_proto::bytes::physical_plan_to_bytes_with_proto_converter;
 use datafusion_proto::physical_plan::{
     ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
     PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
@@ -129,8 +128,11 @@ impl PhysicalExtensionCodec for FragmentCodec {
 }
 
 pub fn encode_fragment(plan: Arc<dyn ExecutionPlan>, codec: &FragmentCodec) -> Result<Vec<u8>> {
-    let converter = DeduplicatingProtoConverter::default();
-    Ok(physical_plan_to_bytes_with_proto_converter(plan, codec, &converter)?.to_vec())
+    // Into a buffer of the message's exact size: datafusion-proto's `physical_plan_to_bytes`
+    // grows its buffer as it writes, copying a plan that carries rows (an in-memory table, a
+    // join's build side run first) several times over.
+    let proto = DeduplicatingProtoConverter::default().execution_plan_to_proto(&plan, codec)?;
+    Ok(prost::Message::encode_to_vec(&proto))
 }
 
 /// A private copy of `plan` for an in-process task: the same round trip a worker process's
