@@ -19,6 +19,8 @@ use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::DistributedCodec;
+
+use super::shared_rows::{holds_rows, ShareRows};
 use datafusion_proto::physical_plan::{
     ComposedPhysicalExtensionCodec, DeduplicatingProtoConverter, PhysicalExtensionCodec,
     PhysicalPlanDecodeContext, PhysicalProtoConverterExtension,
@@ -137,17 +139,25 @@ pub fn encode_fragment(plan: Arc<dyn ExecutionPlan>, codec: &FragmentCodec) -> R
 
 /// A private copy of `plan` for an in-process task: the same round trip a worker process's
 /// fragment makes (fresh run state, dynamic filters linked within the copy), through the
-/// protobuf messages but without writing and parsing their bytes.
+/// protobuf messages but without writing and parsing their bytes; the rows it holds are
+/// shared, not copied (`shared_rows`). Also the bytes its messages would take.
 pub fn copy_fragment(
     plan: &Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
     codec: &FragmentCodec,
 ) -> Result<(Arc<dyn ExecutionPlan>, usize)> {
-    let proto = DeduplicatingProtoConverter::default().execution_plan_to_proto(plan, codec)?;
     let decode_ctx = PhysicalPlanDecodeContext::new(ctx, codec);
-    let copy =
-        DeduplicatingProtoConverter::default().proto_to_execution_plan(&proto, &decode_ctx)?;
-    Ok((copy, prost::Message::encoded_len(&proto)))
+    if !holds_rows(plan) {
+        let converter = DeduplicatingProtoConverter::default();
+        let proto = converter.execution_plan_to_proto(plan, codec)?;
+        let copy = converter.proto_to_execution_plan(&proto, &decode_ctx)?;
+        return Ok((copy, prost::Message::encoded_len(&proto)));
+    }
+    let converter = ShareRows::default();
+    let proto = converter.execution_plan_to_proto(plan, codec)?;
+    let copy = converter.proto_to_execution_plan(&proto, &decode_ctx)?;
+    let bytes = prost::Message::encoded_len(&proto) + converter.shared_bytes();
+    Ok((copy, bytes))
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ mod partial_sort;
 mod recursive_queries;
 mod scan_compression;
 mod session;
+mod shared_rows;
 mod task_merge;
 #[cfg(test)]
 mod test_support;
