@@ -19,6 +19,7 @@
 //! * [`table_providers`]: our table providers: tables whose files come from a table format's
 //!   log (Delta Lake, Iceberg), and rows Python table functions return.
 //! * [`runtime`]: the one tokio runtime, and whether its threads may still enter Python.
+//! * [`batches`]: what a batch's rows take, and a slice copied into buffers of its own.
 use pyo3::prelude::*;
 
 /// jemalloc rather than glibc's malloc: writes (many threads allocating and freeing pages and
@@ -27,6 +28,7 @@ use pyo3::prelude::*;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod batches;
 mod checks;
 mod codec;
 mod coordinator;

@@ -16,9 +16,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    make_array, ArrayRef, MutableArrayData, RecordBatch, RecordBatchOptions,
-};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::common::{internal_err, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -32,6 +30,8 @@ use datafusion_proto::physical_plan::{
 };
 use datafusion_proto::protobuf::physical_plan_node::PhysicalPlanType;
 use datafusion_proto::protobuf::{PhysicalExprNode, PhysicalExtensionNode, PhysicalPlanNode};
+
+use crate::batches::in_own_buffers;
 
 /// What marks a shared scan's place in the messages (followed by its index): no codec of
 /// ours writes it, and the messages never leave this process.
@@ -63,45 +63,15 @@ pub fn holds_rows(plan: &Arc<dyn ExecutionPlan>) -> bool {
     memory_scan(plan).is_some() || plan.children().into_iter().any(holds_rows)
 }
 
-/// Whether `batch` is a slice of larger buffers (a table dealt to tasks; rows decoded from a
-/// worker's message, whose columns share it): its memory size counts those buffers whole.
-fn sliced(batch: &RecordBatch) -> bool {
-    let own: usize = batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum();
-    batch.get_array_memory_size() > own + own / 8 + 64 * batch.num_columns()
-}
-
-/// `batch` in buffers of its own.
-fn compact(batch: &RecordBatch) -> Result<RecordBatch> {
-    let column = |column: &ArrayRef| {
-        let data = column.to_data();
-        let mut copy = MutableArrayData::new(vec![&data], false, data.len());
-        copy.try_extend(0, 0, data.len())?;
-        Ok(make_array(copy.freeze()))
-    };
-    let columns = batch.columns().iter().map(column).collect::<Result<_>>()?;
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    Ok(RecordBatch::try_new_with_options(
-        batch.schema(),
-        columns,
-        &options,
-    )?)
-}
-
-/// `scan` with its sliced batches copied to buffers of their own, as the messages would
-/// copy them: a batch's memory size is what the memory pool and the HTML formatter's early
-/// stop count, and a slice would count its whole buffers (each task's share of a dealt table).
+/// `scan` with its sliced batches copied to buffers of their own, as the messages would copy
+/// them: a batch's memory size is what the memory pool and the HTML formatter's early stop
+/// count, and a slice counts its whole buffers (each task's share of a dealt table).
 fn compacted(scan: &MemorySourceConfig) -> Result<MemorySourceConfig> {
-    if !scan.partitions().iter().flatten().any(sliced) {
-        return Ok(scan.clone());
-    }
-    let partition = |batches: &Vec<RecordBatch>| {
-        let own = |b: &RecordBatch| if sliced(b) { compact(b) } else { Ok(b.clone()) };
-        batches.iter().map(own).collect::<Result<Vec<_>>>()
+    let own = |batch: &RecordBatch| {
+        let slack = 64 * batch.num_columns();
+        in_own_buffers(batch.clone(), |used| used + used / 8 + slack)
     };
+    let partition = |batches: &Vec<RecordBatch>| batches.iter().map(own).collect();
     let partitions = scan
         .partitions()
         .iter()

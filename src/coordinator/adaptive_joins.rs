@@ -56,6 +56,7 @@ use futures::FutureExt;
 use super::join_sides::below_shuffle;
 use super::run_first::{run_first, Run};
 use super::skewed_keys;
+use crate::batches::rows_bytes;
 
 /// `distributed.adaptive`: whether joins are planned from their inputs' real sizes.
 pub const ADAPTIVE: &str = "distributed.adaptive";
@@ -336,7 +337,7 @@ fn adapt<'a>(
             }
             Read::Whole(batches) => {
                 let rows = batches.iter().map(|b| b.num_rows()).sum();
-                let bytes = batches.iter().map(bytes_of).sum();
+                let bytes = batches.iter().map(rows_bytes).sum();
                 decisions.push(decision(MadeOn::Whole { rows, bytes }, limit));
                 let rows_here = MemorySourceConfig::try_new_exec(&[batches], build.schema(), None)?;
                 let probe = Arc::clone(below_shuffle(join.right()));
@@ -517,7 +518,7 @@ async fn read_up_to(plan: Arc<dyn ExecutionPlan>, run: &Run<'_>, limit: Limit) -
     let what = "a join's build side, run first to plan the join from its size";
     let ended = run_first(plan, run, what, |batch| {
         rows += batch.num_rows();
-        bytes += bytes_of(&batch);
+        bytes += rows_bytes(&batch);
         if batch.num_rows() > 0 {
             batches.push(batch);
         }
@@ -528,19 +529,6 @@ async fn read_up_to(plan: Arc<dyn ExecutionPlan>, run: &Run<'_>, limit: Limit) -
         true => Read::Whole(batches),
         false => Read::Over { rows, bytes },
     })
-}
-
-/// The bytes of `batch`'s rows: of their slices of its buffers, not of the buffers (a batch
-/// decoded from a worker's message shares that message's buffer with its siblings).
-fn bytes_of(batch: &RecordBatch) -> usize {
-    let columns = batch.columns().iter();
-    columns
-        .map(|c| {
-            c.to_data()
-                .get_slice_memory_size()
-                .unwrap_or(c.get_array_memory_size())
-        })
-        .sum()
 }
 
 /// The plan made whole again after joins changed their mode: the distribution and orderings

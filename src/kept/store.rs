@@ -8,8 +8,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use datafusion::arrow::array::UInt32Array;
-use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
@@ -18,6 +16,8 @@ use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SpillFile, TaskContext};
 use uuid::Uuid;
+
+use crate::batches::in_own_buffers;
 
 /// Which part of a table: the keeping query's task and its partition.
 pub type PartKey = (u32, u32);
@@ -113,17 +113,7 @@ pub fn put(
 /// batch dealt to tasks, a filter that kept every row): holding the slice would hold, and
 /// count, every byte of the buffers it shares.
 fn compact(batch: RecordBatch) -> Result<RecordBatch> {
-    let held = batch.get_array_memory_size();
-    let used: usize = batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size())
-        .sum::<Result<usize, _>>()?;
-    if held <= 2 * used + (64 << 10) {
-        return Ok(batch);
-    }
-    let all = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
-    Ok(take_record_batch(&batch, &all)?)
+    in_own_buffers(batch, |used| 2 * used + (64 << 10))
 }
 
 /// The batches of `table`'s part `key`, if this process holds it.
