@@ -94,8 +94,8 @@ class DistributedConfig:
             size. Default 16 MiB.
         adaptive: plan joins from the sizes their inputs really have: a partitioned hash join
             whose build side's size is a guess (behind a filter, a join, an aggregate) runs
-            that side first on the workers; when it ends small (8 MiB, or an eighth of what
-            the probe side would shuffle, at most ``adaptive_broadcast_bytes``) the join
+            that side first on the workers; when it ends small (an eighth of what the probe
+            side would shuffle, at most ``adaptive_broadcast_bytes``) the join
             broadcasts those rows to the probe side's tasks, whose scan is then pruned by the
             join's dynamic filter, instead of shuffling both sides.
             ``explain`` shows each decision and the size it was made on. ``False`` plans

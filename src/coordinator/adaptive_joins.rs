@@ -34,6 +34,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::{JoinType, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::SessionState;
 use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
@@ -75,19 +76,23 @@ const DEFAULT_BROADCAST_BYTES: usize = 64 * 1024 * 1024;
 /// second key; below this, a partition holding a hot key does not run long enough for that
 /// to pay (on a 2-core machine it never does: `benchmarks/skew.py`).
 const DEFAULT_SKEW_BYTES: usize = 256 * 1024 * 1024;
-/// A build side up to this size is broadcast whatever the probe side's size (under the cap):
-/// sending it costs less than a stage boundary.
-const SMALL_BYTES: usize = 8 * 1024 * 1024;
-/// A build side of up to this many rows is broadcast whatever the probe side's size: each
-/// probe task builds its hash table alone (a partitioned join builds in every partition at
-/// once), which for so few rows costs less than a shuffle. Its hash table cannot spill:
-/// 1 M rows broadcast TPC-H q21's orders at SF1, past a 120 MB worker's memory.
-const SMALL_ROWS: usize = 256 * 1024;
-/// Above those, a build side is broadcast when it is at most this share of what its probe
-/// side would shuffle, in bytes and in rows: each probe task receives it whole and builds its
-/// hash table alone, where a shuffle sends the probe side once.
+/// Each probe task receives a broadcast build side whole and builds its hash table alone (a
+/// partitioned join builds in every partition at once), and a side run first has travelled
+/// twice more before (to the coordinator, then in the plan): on worker processes TPC-H q18 at
+/// SF0.1 spent 263 ms of CPU broadcasting 150 K rows (7.8 MB) to a 600 K-row probe side, 189 ms
+/// partitioned. So a build side is broadcast when it is at most this share of what its probe
+/// side would shuffle, in bytes and in rows...
 const PROBE_SHARE: usize = 8;
+/// ...or, beyond `SMALL_ROWS`, this share of its rows.
 const PROBE_ROW_SHARE: usize = 16;
+/// Up to this many rows a broadcast build side may be an eighth of its probe side; past it, a
+/// sixteenth. Its hash table cannot spill: 1 M rows broadcast TPC-H q21's orders at SF1,
+/// past a 120 MB worker's memory.
+const SMALL_ROWS: usize = 256 * 1024;
+/// A build side this small is broadcast whatever its probe side's size: sending it costs
+/// less than a stage boundary.
+const TINY_BYTES: usize = 1024 * 1024;
+const TINY_ROWS: usize = 16 * 1024;
 /// A build side estimated at more than this share of its probe side's rows is not run first:
 /// even an estimate several times too high leaves no broadcast that would pay.
 const NO_GAIN_SHARE: usize = 4;
@@ -170,6 +175,9 @@ pub enum MadeOn {
     /// Its build side must finish its work first and was estimated over the limit:
     /// partitioned, not run first.
     Estimate { bytes: usize },
+    /// Its build side's estimate, made from its inputs' sizes with no filter to guess, was
+    /// over the limit: partitioned, not run first.
+    Sized { rows: usize, bytes: usize },
     /// Its build side's estimate was too close to its probe side's for a broadcast to pay:
     /// partitioned, not run first.
     NoGain { rows: usize, probe_rows: usize },
@@ -233,6 +241,18 @@ impl std::fmt::Display for Decision {
                  over the {most_bytes} it would broadcast, and must finish its work before its \
                  first row: it was not run first"
             ),
+            &MadeOn::Sized { rows, bytes } => {
+                let (estimate, most) = match rows > most_rows {
+                    true => (format!("{rows} rows"), format!("{most_rows} rows")),
+                    false => (format!("{bytes} bytes"), format!("{most_bytes} bytes")),
+                };
+                write!(
+                    f,
+                    "join on {keys}: partitioned; its build side is estimated at {estimate} \
+                     from its inputs' sizes (no filter to guess), over the {most} it would \
+                     broadcast: it was not run first"
+                )
+            }
             MadeOn::NoGain { rows, probe_rows } => write!(
                 f,
                 "join on {keys}: partitioned; its build side is estimated at {rows} rows, \
@@ -327,6 +347,10 @@ fn adapt<'a>(
                 decisions.push(decision(MadeOn::NoGain { rows, probe_rows }, limit));
                 return split_hot_keys(plan, run, adaptive, decisions).await;
             }
+            Candidate::Sized { rows, bytes, limit } => {
+                decisions.push(decision(MadeOn::Sized { rows, bytes }, limit));
+                return split_hot_keys(plan, run, adaptive, decisions).await;
+            }
             Candidate::RunFirst(limit) => limit,
         };
         let build = below_shuffle(join.left());
@@ -402,6 +426,12 @@ enum Candidate {
     /// Its build side must finish its work before its first row and is guessed over its
     /// limit: it stays partitioned without a run that would be wasted.
     FarOver { guess: usize, limit: Limit },
+    /// Its build side's estimate, made from sizes alone, is over its limit.
+    Sized {
+        rows: usize,
+        bytes: usize,
+        limit: Limit,
+    },
     /// Its build side is guessed too close to its probe side for a broadcast to pay.
     NoGain {
         rows: usize,
@@ -443,6 +473,15 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
             limit,
         };
     }
+    // An estimate made from sizes alone (no filter's selectivity guessed) is a near one:
+    // over the limit, a run would only stop past it, its work wasted.
+    if limit.passed(rows, guess) && from_sizes(build) {
+        return Candidate::Sized {
+            rows,
+            bytes: guess,
+            limit,
+        };
+    }
     // A streaming side costs at most the limit's worth of its rows to try, however wrong
     // its guess; one that must finish its work before its first row (an aggregate, a sort,
     // a partitioned join's build) costs that work, and its guess has the say.
@@ -472,9 +511,11 @@ fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> (Limit, usize, usize) {
     };
     let limit = Limit {
         bytes: (bytes / PROBE_SHARE)
-            .max(SMALL_BYTES)
+            .max(TINY_BYTES)
             .min(adaptive.broadcast_bytes),
-        rows: (rows / PROBE_ROW_SHARE).max(SMALL_ROWS),
+        rows: (rows / PROBE_ROW_SHARE)
+            .max(SMALL_ROWS.min(rows / PROBE_SHARE))
+            .max(TINY_ROWS),
     };
     (limit, rows, bytes)
 }
@@ -492,6 +533,38 @@ fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
             .downcast_ref::<HashJoinExec>()
             .is_some_and(|j| *j.partition_mode() == PartitionMode::CollectLeft);
     streaming && plan.children().into_iter().all(streams)
+}
+
+/// Whether `plan`'s row estimate comes from its inputs' sizes alone: scans without a
+/// predicate of their own (a dynamic filter prunes, it does not select), projections,
+/// repartitions and joins probing a collected build side, and no filter, whose selectivity
+/// DataFusion guesses (a fifth of its input when it cannot tell).
+fn from_sizes(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let own = match plan.downcast_ref::<DataSourceExec>() {
+        Some(scan) => scan
+            .data_source()
+            .downcast_ref::<FileScanConfig>()
+            .is_none_or(|files| {
+                files
+                    .file_source()
+                    .filter()
+                    .is_none_or(|p| only_dynamic(&p))
+            }),
+        None => !plan.is::<FilterExec>() && streams(plan),
+    };
+    own && plan.children().into_iter().all(from_sizes)
+}
+
+/// Whether a scan's predicate is only dynamic filters (joined by AND).
+fn only_dynamic(predicate: &Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> bool {
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{BinaryExpr, DynamicFilterPhysicalExpr};
+    if predicate.is::<DynamicFilterPhysicalExpr>() {
+        return true;
+    }
+    predicate.downcast_ref::<BinaryExpr>().is_some_and(|b| {
+        *b.op() == Operator::And && only_dynamic(b.left()) && only_dynamic(b.right())
+    })
 }
 
 fn keys_of(join: &HashJoinExec) -> String {
@@ -612,7 +685,7 @@ mod tests {
         assert!(matches!(
             decided(&join),
             Candidate::RunFirst(Limit {
-                bytes: SMALL_BYTES,
+                bytes: TINY_BYTES,
                 ..
             })
         ));
@@ -649,6 +722,19 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[tokio::test]
+    async fn only_a_side_without_a_guessed_filter_or_aggregate_is_estimated_from_sizes() {
+        let ctx = session().await;
+        let build_of = |join: Arc<dyn ExecutionPlan>| Arc::clone(below_shuffle(join.children()[0]));
+        let plain = "SELECT v FROM facts JOIN dims ON facts.k = dims.k";
+        assert!(from_sizes(&build_of(join_of(&ctx, plain).await)));
+        let filtered = "SELECT v FROM facts JOIN dims ON facts.k = dims.k WHERE name LIKE 'n7%'";
+        assert!(!from_sizes(&build_of(join_of(&ctx, filtered).await)));
+        let grouped = "SELECT v FROM facts JOIN (SELECT k, max(name) AS name FROM dims \
+                       GROUP BY k) d ON facts.k = d.k";
+        assert!(!from_sizes(&build_of(join_of(&ctx, grouped).await)));
     }
 
     #[tokio::test]
@@ -696,6 +782,23 @@ mod tests {
             bytes: 99,
         });
         assert!(rows.contains("passed 50 rows after 51 rows"), "{rows}");
+        let sized = decision(MadeOn::Sized {
+            rows: 80,
+            bytes: 64,
+        });
+        assert!(
+            sized.contains("estimated at 80 rows from its inputs' sizes")
+                && sized.contains("over the 50 rows"),
+            "{sized}"
+        );
+        let sized = decision(MadeOn::Sized {
+            rows: 8,
+            bytes: 640,
+        });
+        assert!(
+            sized.contains("640 bytes") && sized.contains("100 bytes"),
+            "{sized}"
+        );
         let close = decision(MadeOn::NoGain {
             rows: 30,
             probe_rows: 100,

@@ -50,7 +50,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         table = pa.table({"f_key": f_key[rows], "f_val": f_val[rows]})
         pq.write_table(table, root / "facts" / f"{part}.parquet", row_group_size=5_000)
     names = [f"narrow-{k % 7}" if k in NARROW else f"wide-{k % 7}" for k in range(KEYS)]
-    pq.write_table(pa.table({"d_key": keys, "d_name": names}), root / "dims.parquet")
+    kinds = pa.array([k % 7 for k in range(KEYS)], pa.int64())
+    pq.write_table(
+        pa.table({"d_key": keys, "d_name": names, "d_kind": kinds}), root / "dims.parquet"
+    )
+    labels = {"kind": pa.array(range(7), pa.int64()), "label": [f"kind-{i}" for i in range(7)]}
+    pq.write_table(pa.table(labels), root / "kinds.parquet")
     return root
 
 
@@ -58,6 +63,7 @@ def session(data: Path) -> SessionContext:
     ctx = SessionContext()
     ctx.register_parquet("facts", str(data / "facts"))
     ctx.register_parquet("dims", str(data / "dims.parquet"))
+    ctx.register_parquet("kinds", str(data / "kinds.parquet"))
     # Single-node plans every join of more than 100 rows partitioned (as TPC-H's at SF10).
     ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold = 100")
     ctx.sql("SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 100")
@@ -84,7 +90,8 @@ def run_partitioned(ctx: SessionContext, dctx: DistributedContext, sql: str, set
 
 
 def join_line(plan: str) -> str:
-    (line,) = [x for x in plan.splitlines() if "HashJoinExec" in x and "d_key" in x]
+    joins = [x for x in plan.splitlines() if "HashJoinExec" in x]
+    (line,) = [x for x in joins if re.search(r"on=\[\([^)]*\bd_key@", x)]
     return line
 
 
@@ -160,6 +167,29 @@ def test_a_side_estimated_far_over_the_limit_is_not_run_first(
               GROUP BY d_key) d ON f_key = d_key"""
     plan = run_partitioned(ctx, dctx, sql, "SET distributed.adaptive_broadcast_bytes = 1000")
     assert re.search(r"partitioned; its build side is estimated at \d+ bytes", plan), plan
+
+
+def test_a_side_estimated_from_sizes_alone_over_the_limit_is_not_run_first(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    """A build side with no filter to guess (dims joined with its 7 kinds) is estimated from
+    its inputs' sizes: within the limit it runs first and is broadcast; over it, it is not
+    run first (it would pass the limit only once its work was done)."""
+    ctx, dctx = both
+    sql = """SELECT label, count(*) AS n, sum(f_val) AS total FROM facts JOIN
+             (SELECT d_key, label FROM dims JOIN kinds ON d_kind = kind) d ON f_key = d_key
+             GROUP BY label ORDER BY label"""
+    df = dctx.sql(sql)
+    assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=True)
+    assert_ran_on_workers(df, dctx)
+    assert "broadcast; its build side ran first: 20000 rows" in dctx.explain(df)
+
+    plan = run_partitioned(ctx, dctx, sql, "SET distributed.adaptive_broadcast_bytes = 1000")
+    assert re.search(
+        r"partitioned; its build side is estimated at \d+ bytes from its inputs' sizes "
+        r"\(no filter to guess\), over the 1000 bytes it would broadcast: it was not run first",
+        plan,
+    ), plan
 
 
 def test_the_dataframe_api_is_planned_from_real_sizes_too(
