@@ -16,7 +16,8 @@
 //!   from the build rows that ran first;
 //! - otherwise the read stops there and the join stays partitioned (the rows read are the
 //!   price of knowing, at most the limit; a side that must finish its work before its first
-//!   row is not tried when its estimate is far over).
+//!   row, or whose estimate comes from its inputs' sizes alone, is not tried when its
+//!   estimate is over).
 //!
 //! The side that ran first is read in a plan of its own: the nodes this process runs of it
 //! are the gathering head (a merge), which holds no state the query's own run would reuse.
@@ -491,9 +492,9 @@ fn candidate(join: &HashJoinExec, adaptive: Adaptive) -> Candidate {
     }
 }
 
-/// The most `join` broadcasts: what is small anyway, or up to a share of what its probe side
-/// would shuffle (as estimated), never over the cap in bytes; and the probe side's estimated
-/// rows and bytes.
+/// The most `join` broadcasts: a share of what its probe side would shuffle (as estimated),
+/// or what is tiny anyway, never over the cap in bytes; and the probe side's estimated rows
+/// and bytes.
 fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> (Limit, usize, usize) {
     let probe = below_shuffle(join.right());
     let stats = StatisticsContext::new().compute(probe.as_ref(), &StatisticsArgs::new());
