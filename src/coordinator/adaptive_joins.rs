@@ -524,7 +524,12 @@ fn limit_for(join: &HashJoinExec, adaptive: Adaptive) -> (Limit, usize, usize) {
 /// Whether `plan` hands on rows as it reads them: scans, filters, projections, repartitions,
 /// and joins probing a collected build side (their builds were planned small, or ran first).
 fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let streaming = plan.is::<DataSourceExec>()
+    streams_here(plan) && plan.children().into_iter().all(streams)
+}
+
+/// Whether `plan` itself, its inputs aside, hands on rows as it reads them (see `streams`).
+fn streams_here(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.is::<DataSourceExec>()
         || plan.is::<FilterExec>()
         || plan.is::<ProjectionExec>()
         || plan.is::<RepartitionExec>()
@@ -532,8 +537,7 @@ fn streams(plan: &Arc<dyn ExecutionPlan>) -> bool {
         || plan.is::<CooperativeExec>()
         || plan
             .downcast_ref::<HashJoinExec>()
-            .is_some_and(|j| *j.partition_mode() == PartitionMode::CollectLeft);
-    streaming && plan.children().into_iter().all(streams)
+            .is_some_and(|j| *j.partition_mode() == PartitionMode::CollectLeft)
 }
 
 /// Whether `plan`'s row estimate comes from its inputs' sizes alone: scans without a
@@ -551,7 +555,7 @@ fn from_sizes(plan: &Arc<dyn ExecutionPlan>) -> bool {
                     .filter()
                     .is_none_or(|p| only_dynamic(&p))
             }),
-        None => !plan.is::<FilterExec>() && streams(plan),
+        None => !plan.is::<FilterExec>() && streams_here(plan),
     };
     own && plan.children().into_iter().all(from_sizes)
 }

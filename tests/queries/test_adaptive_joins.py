@@ -192,6 +192,27 @@ def test_a_side_estimated_from_sizes_alone_over_the_limit_is_not_run_first(
     ), plan
 
 
+def test_a_frame_built_with_the_dataframe_api_is_not_run_first_either(
+    both: tuple[SessionContext, DistributedContext],
+) -> None:
+    """The same side as above, joined through the DataFrame API (``dctx.table``)."""
+    ctx, dctx = both
+
+    def query(c: SessionContext | DistributedContext) -> pa.Table:
+        kinds = c.table("dims").join(c.table("kinds"), left_on="d_kind", right_on="kind")
+        joined = c.table("facts").join(kinds, left_on="f_key", right_on="d_key")
+        counts = joined.aggregate([col("label")], [f.count(col("f_val")).alias("n")])
+        return counts.sort(col("label"))
+
+    dctx.sql("SET distributed.adaptive_broadcast_bytes = 1000")
+    df = query(dctx)
+    assert_same_rows(df.to_arrow_table(), query(ctx).to_arrow_table(), ordered=True)
+    assert_ran_on_workers(df, dctx)
+    plan = dctx.explain(df)
+    assert "mode=Partitioned" in join_line(plan)
+    assert "from its inputs' sizes (no filter to guess)" in plan, plan
+
+
 def test_the_dataframe_api_is_planned_from_real_sizes_too(
     both: tuple[SessionContext, DistributedContext],
 ) -> None:
