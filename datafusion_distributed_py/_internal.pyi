@@ -1,8 +1,8 @@
 """Types of the Rust core (``src/``), which maturin builds into this module.
 
-Everything the core's ``#[pymodule]`` adds to the module: the two build facts, the three
-exceptions, the six classes and the three functions, with the signatures of their
-``#[pymethods]``; CI checks them against the built module (``mypy.stubtest``).
+Everything the core's ``#[pymodule]`` adds to the module: its build facts, exceptions,
+classes and functions, with the signatures of their ``#[pymethods]``; CI checks them against
+the built module (``mypy.stubtest``).
 """
 
 from collections.abc import Callable, Sequence
@@ -25,6 +25,7 @@ __all__ = [
     "WorkerError",
     "UnsupportedPlanError",
     "Coordinator",
+    "Handshake",
     "DistributedPlan",
     "WorkerServer",
     "SnapshotTable",
@@ -71,6 +72,10 @@ class UnsupportedPlanError(DistributedError):
     """The query's plan cannot be distributed without changing its answer."""
 
 @final
+class Handshake:
+    """A query's handshake with the workers, started before the query is planned."""
+
+@final
 class Coordinator:
     """Plans distributed queries over a set of workers (embedded or remote)."""
 
@@ -98,6 +103,10 @@ class Coordinator:
     def worker_status(self) -> list[dict[str, Any]]:
         """How each worker is doing: ``url``, ``error`` (None when it answered),
         ``rss_bytes``, ``cpu_percent``, ``running_tasks``."""
+
+    def handshake_ahead(self, min_workers: int) -> Handshake | None:
+        """The workers' handshake of a query about to be planned, started now (None for
+        in-process workers)."""
 
     def distribute(self, request: PlanRequest) -> DistributedPlan:
         """Distributes a physical plan serialised by datafusion-python, as ``request`` says."""

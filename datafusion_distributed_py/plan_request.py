@@ -5,10 +5,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from datafusion import SessionContext
 
 from datafusion_distributed_py.progress import RustReport
+
+if TYPE_CHECKING:
+    from datafusion_distributed_py._internal import Handshake
 
 #: A store as the core rebuilds it: ``(url, kind, options)``.
 StoreSpec = tuple[str, str, dict[str, str]]
@@ -53,3 +57,5 @@ class PlanRequest:
     writes: bool = False
     #: Seconds between asks for running tasks' rows (0: never).
     live_interval: float = 0.5
+    #: The workers' handshake, started before the query is planned (``handshake_ahead``).
+    handshake: Handshake | None = None

@@ -182,6 +182,8 @@ def request_for(engine: Engine, feed: Feed) -> PlanRequest:
         max_retries=config.max_retries,
         stall_timeout=config.stall_timeout or None,
         spool_dir=spool_dir(config),
+        # Answered while the wheel plans and encodes the query (which takes longer).
+        handshake=engine.coordinator.handshake_ahead(config.min_workers),
     )
 
 

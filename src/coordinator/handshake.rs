@@ -19,6 +19,8 @@ use crate::VERSION;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a lost worker is left out before it is asked again.
 pub const QUARANTINE: Duration = Duration::from_secs(10);
+/// How old an early handshake's answers may be when the query's planning takes them.
+const EARLY_HANDSHAKE_FRESH: Duration = Duration::from_secs(2);
 
 /// Lost workers and until when they are left out.
 #[derive(Default)]
@@ -153,6 +155,41 @@ pub async fn usable_workers(
     Ok(usable)
 }
 
+/// The usable workers of a query, with their functions (see [`usable_workers`]).
+pub type Usable = Vec<(Url, Functions)>;
+
+/// A query's handshake, started as soon as the query is asked for: datafusion-python's
+/// physical planning and encoding of the query, done meanwhile, take longer than the workers'
+/// answers over a network. The query's first planning takes it, if soon enough; every other
+/// planning (a run again, a late one) asks the workers itself.
+pub struct EarlyHandshake {
+    started: Instant,
+    urls: Vec<Url>,
+    answers: Mutex<Option<tokio::task::JoinHandle<Result<Usable>>>>,
+}
+
+impl EarlyHandshake {
+    pub fn new(urls: Vec<Url>, answers: tokio::task::JoinHandle<Result<Usable>>) -> Self {
+        Self {
+            started: Instant::now(),
+            urls,
+            answers: Mutex::new(Some(answers)),
+        }
+    }
+
+    /// The workers it asked and their answers (to await), once, while they are fresh.
+    pub fn take(&self) -> Option<(Vec<Url>, tokio::task::JoinHandle<Result<Usable>>)> {
+        let answers = self.answers.lock().expect("poisoned").take()?;
+        (self.started.elapsed() <= EARLY_HANDSHAKE_FRESH).then(|| (self.urls.clone(), answers))
+    }
+}
+
+/// The answers of an early handshake's task.
+pub async fn answers_of(task: tokio::task::JoinHandle<Result<Usable>>) -> Result<Usable> {
+    task.await
+        .map_err(|e| DataFusionError::Internal(format!("the workers' handshake failed: {e}")))?
+}
+
 /// The workers of `urls` that are lost now, as the errors saying so (asked in parallel, each
 /// over a new connection).
 pub async fn lost_workers(channels: &WorkerChannels, urls: &[Url]) -> Vec<DataFusionError> {
@@ -202,4 +239,33 @@ fn too_few(
             min_workers.max(1)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(urls: &[Url]) -> tokio::task::JoinHandle<Result<Usable>> {
+        let usable = urls.iter().map(|u| (u.clone(), Functions::new())).collect();
+        tokio::spawn(async move { Ok(usable) })
+    }
+
+    #[tokio::test]
+    async fn an_early_handshake_is_taken_once() {
+        let urls = vec![Url::parse("http://127.0.0.1:1").unwrap()];
+        let early = EarlyHandshake::new(urls.clone(), answered(&urls));
+        let (asked, answers) = early.take().expect("fresh");
+        assert_eq!(asked, urls);
+        assert_eq!(answers_of(answers).await.unwrap()[0].0, urls[0]);
+        // A planning again (a retry, a second run) asks the workers itself.
+        assert!(early.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stale_early_handshake_is_not_taken() {
+        let urls = vec![Url::parse("http://127.0.0.1:1").unwrap()];
+        let mut early = EarlyHandshake::new(urls.clone(), answered(&urls));
+        early.started -= EARLY_HANDSHAKE_FRESH + Duration::from_millis(1);
+        assert!(early.take().is_none());
+    }
 }

@@ -34,6 +34,7 @@ mod task_log;
 mod test_sessions;
 mod tracking;
 
+pub use handshake::EarlyHandshake;
 pub use kept_append::{InsertProvider, APPEND_EXEC};
 pub use kept_table::{all_kept_tables, KeptTable};
 pub use operator_metrics::operator_metrics;

@@ -23,7 +23,9 @@ use url::Url;
 
 use super::adaptive_joins::{self, Adaptive};
 use super::distribute::{distribute_plan, planning_state};
-use super::handshake::{lost_workers, usable_workers, Functions, Quarantine};
+use super::handshake::{
+    answers_of, lost_workers, usable_workers, EarlyHandshake, Functions, Quarantine,
+};
 use super::lineage::Sources;
 use super::live::{busy, tasks_of, watch, Observer, WorkerStatus};
 use super::settings::{apply_options, settle_compression};
@@ -97,6 +99,9 @@ pub struct PlanRequest {
     /// With `fault_tolerance="task"`: where the tasks of the query's worker stages spool
     /// their output (see `spool`).
     pub spool_dir: Option<std::path::PathBuf>,
+    /// The workers' handshake for this query, started before it was planned (see
+    /// [`ClusterPlanner::handshake_ahead`]).
+    pub early_handshake: Option<Arc<EarlyHandshake>>,
 }
 
 /// What a run of a [`PlanRequest`] is for.
@@ -185,6 +190,7 @@ impl PlanRequest {
             role: Role::Internal,
             keep_as: None,
             spool_dir: None,
+            early_handshake: None,
         }
     }
 }
@@ -286,6 +292,24 @@ impl ClusterPlanner {
     /// How each worker is doing: memory, CPU, running tasks, or why it does not answer.
     pub async fn worker_status(&self) -> Result<Vec<WorkerStatus>> {
         Ok(self.observer.status(&self.urls()?).await)
+    }
+
+    /// The handshake of a query about to be planned, started now on the runtime (None for
+    /// in-process workers, which need none, or when the workers cannot be listed now: the
+    /// planning then says why).
+    pub fn handshake_ahead(self: &Arc<Self>, min_workers: usize) -> Option<EarlyHandshake> {
+        let Cluster::Remote(..) = &self.cluster else {
+            return None;
+        };
+        let urls = self.urls().ok()?;
+        let (planner, asked) = (Arc::clone(self), urls.clone());
+        let answers = crate::runtime::handle().spawn(async move {
+            let Cluster::Remote(_, channels, quarantine) = &planner.cluster else {
+                unreachable!("checked above");
+            };
+            usable_workers(channels, &asked, quarantine, min_workers).await
+        });
+        Some(EarlyHandshake::new(urls, answers))
     }
 
     pub fn is_embedded(&self) -> bool {
@@ -406,7 +430,15 @@ impl ClusterPlanner {
         spool: Option<Spool>,
     ) -> Result<Planned> {
         let mut clock = StepClock::start();
-        let resolved = self.urls()?;
+        // The first planning of a query takes the handshake started when it was asked for.
+        let early = match attempt {
+            1 => req.early_handshake.as_ref().and_then(|h| h.take()),
+            _ => None,
+        };
+        let (resolved, early) = match early {
+            Some((urls, answers)) => (urls, Some(answers)),
+            None => (self.urls()?, None),
+        };
         register_all(&self.runtime_env, &req.stores)?;
         let progress = req.progress.clone();
         let watched = progress.is_some() && !req.live_interval.is_zero();
@@ -429,7 +461,14 @@ impl ClusterPlanner {
         };
         let ((urls, functions), decoded): ((Vec<Url>, Vec<Functions>), _) = match &self.cluster {
             Cluster::Remote(_, channels, quarantine) => {
-                let handshake = usable_workers(channels, &resolved, quarantine, req.min_workers);
+                let handshake = async {
+                    match early {
+                        Some(answers) => answers_of(answers).await,
+                        None => {
+                            usable_workers(channels, &resolved, quarantine, req.min_workers).await
+                        }
+                    }
+                };
                 let (usable, decoded) = futures::join!(handshake, decode);
                 (usable?.into_iter().unzip(), decoded)
             }

@@ -10,7 +10,7 @@ use super::errors::to_py_err;
 use super::kept_insert::KeptInsert;
 use super::kept_table::{self, KeptTable};
 use super::plan::DistributedPlan;
-use super::request::Request;
+use super::request::{Handshake, Request};
 use super::security::SecuritySpec;
 use crate::coordinator::{ClusterPlanner, DistributedTable, InsertProvider};
 use crate::protocol::{display_url, parse_worker_url, ListWorkers, Workers};
@@ -114,6 +114,14 @@ impl Coordinator {
                 Ok(d)
             })
             .collect()
+    }
+
+    /// The handshake of a query about to be planned, started now: the workers answer while
+    /// datafusion-python plans the query (None for in-process workers).
+    fn handshake_ahead(&self, min_workers: usize) -> Option<Handshake> {
+        self.planner
+            .handshake_ahead(min_workers)
+            .map(|h| Handshake(Arc::new(h)))
     }
 
     /// Distributes a physical plan serialised by datafusion-python, as `request` (a

@@ -41,6 +41,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WIRE_CODEC_ID", crate::codec::WIRE_CODEC_ID)?;
     errors::register(m)?;
     m.add_class::<coordinator::Coordinator>()?;
+    m.add_class::<request::Handshake>()?;
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
     m.add_class::<snapshot_table::SnapshotTable>()?;

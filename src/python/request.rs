@@ -11,7 +11,7 @@ use pyo3::types::PyBytes;
 
 use super::capsule::{import_session_codec, session_functions, session_settings};
 use super::errors::to_py_err;
-use crate::coordinator::{PlanRequest, ProgressSink, ProgressUpdate, Role};
+use crate::coordinator::{EarlyHandshake, PlanRequest, ProgressSink, ProgressUpdate, Role};
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
 
@@ -57,7 +57,15 @@ pub struct Request {
     /// Seconds between asks for running tasks' rows (0: never).
     #[pyo3(attribute)]
     live_interval: f64,
+    /// The workers' handshake, started when the query was asked for (`handshake_ahead`).
+    #[pyo3(attribute)]
+    handshake: Option<Py<Handshake>>,
 }
+
+/// A query's handshake with the workers, started before datafusion-python plans the query
+/// (`Coordinator.handshake_ahead`), taken by the query's planning.
+#[pyclass(frozen, module = "datafusion_distributed_py._internal")]
+pub struct Handshake(pub Arc<EarlyHandshake>);
 
 fn seconds(name: &str, s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
@@ -109,6 +117,7 @@ impl Request {
             role: Role::Query,
             keep_as: None,
             spool_dir: self.spool_dir.map(std::path::PathBuf::from),
+            early_handshake: self.handshake.map(|h| Arc::clone(&h.get().0)),
         })
     }
 }
