@@ -5,12 +5,13 @@ user's big query runs, side by side with single-node datafusion on the same data
 
 Each mode has one context shared by two threads, as a service answering two people would.
 The light user runs each light query (``--light``, TPC-H numbers or ``nation``: a ``nation``
-group-by) ``--runs`` times alone, then as many times again while the heavy user runs TPC-H
-``--heavy`` over and over. A light query's figure is its median latency beside the heavy
-one over its median alone: what a long query costs a short one. Sharing is fair when that
-slowdown is about single-node's (two cores then serve two queries instead of one). Every
-answer is checked against single-node's, and every distributed plan for its network
-boundary. Writes ``benchmarks/results/fairness_sf<SF>.md``.
+group-by) ``--runs`` times alone, then again while the heavy user runs TPC-H ``--heavy`` over
+and over (at least ``--runs`` times and ``--seconds``: through every phase of the heavy
+query). A light query's figure is its median latency beside the heavy one over its median
+alone: what a long query costs a short one. Sharing is fair when that slowdown is about
+single-node's (two cores then serve two queries instead of one). Every answer is checked
+against single-node's, and every distributed plan for its network boundary. Writes
+``benchmarks/results/fairness_sf<SF>.md``.
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ def light_sql(name: str) -> str:
     return NATION if name == "nation" else tpch.query(int(name.removeprefix("q")))
 
 
-def latencies(run: Run, sql: str, runs: int, expected: pa.Table) -> list[float]:
-    """Milliseconds of each of ``runs`` runs of ``sql``; raises on a wrong answer."""
-    took = []
-    for _ in range(runs):
+def latencies(
+    run: Run, sql: str, runs: int, expected: pa.Table, seconds: float = 0.0
+) -> list[float]:
+    """Milliseconds of each run of ``sql``, run ``runs`` times and for at least ``seconds``
+    (beside a long query: through all of its phases); raises on a wrong answer."""
+    took: list[float] = []
+    began = time.perf_counter()
+    while len(took) < runs or time.perf_counter() - began < seconds:
         start = time.perf_counter()
         got = run(sql)
         took.append((time.perf_counter() - start) * 1e3)
@@ -54,7 +59,7 @@ def latencies(run: Run, sql: str, runs: int, expected: pa.Table) -> list[float]:
 
 
 def beside(
-    run: Run, heavy: str, sql: str, runs: int, expected: pa.Table
+    run: Run, heavy: str, sql: str, runs: int, expected: pa.Table, seconds: float
 ) -> tuple[list[float], int]:
     """``latencies`` of ``sql`` while another thread runs ``heavy`` over and over, and how
     many heavy runs ended meanwhile (the heavy user is not starved either)."""
@@ -73,7 +78,7 @@ def beside(
     thread.start()
     time.sleep(0.5)  # the heavy query is under way before the light one starts
     try:
-        took = latencies(run, sql, runs, expected)
+        took = latencies(run, sql, runs, expected, seconds)
     finally:
         stop.set()
         thread.join()
@@ -89,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--light", default="nation,q11,q6", help="light queries, in turn")
     parser.add_argument("--heavy", type=int, default=18, help="the TPC-H query run beside")
     parser.add_argument("--runs", type=int, default=15, help="runs of each light query")
+    parser.add_argument(
+        "--seconds", type=float, default=4.0, help="least time a light query runs beside"
+    )
     parser.add_argument("--parts", type=int, default=8)
     parser.add_argument("--data", default="benchmarks/data")
     args = parser.parse_args(argv)
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 sql = light_sql(name)
                 latencies(run, sql, 3, expected[name])  # warm-up
                 alone = statistics.median(latencies(run, sql, args.runs, expected[name]))
-                took, heavy_runs = beside(run, heavy, sql, args.runs, expected[name])
+                took, heavy_runs = beside(run, heavy, sql, args.runs, expected[name], args.seconds)
                 along = statistics.median(took)
                 slowdown[(mode, name)] = along / alone
                 line = (
@@ -139,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# A short query beside a long one, TPC-H SF{args.sf:g}",
         "",
         f"Machine: {machine()}. `python -m benchmarks.fairness --sf {args.sf:g}`: each light "
-        f"query's median latency over {args.runs} runs alone, then while another thread runs "
-        f"TPC-H q{args.heavy} over and over on the same context; every answer checked against "
-        "single-node's.",
+        f"query's median latency over {args.runs} runs alone, then over at least {args.runs} "
+        f"runs and {args.seconds:g} s while another thread runs TPC-H q{args.heavy} over and "
+        "over on the same context; every answer checked against single-node's.",
         "",
         "| mode | light query | alone (ms) | beside the long query (ms) | slowdown "
         "| slowdown / single-node's | long-query runs meanwhile |",
