@@ -28,6 +28,7 @@ from datafusion_distributed_py import (
     LocalCluster,
     ProgressEvent,
     WorkerError,
+    planning,
     ran_on,
 )
 from harness import tpch
@@ -90,6 +91,32 @@ def test_a_dead_url_in_a_static_list_leaves_the_others_serving(ctx, caplog):
         assert e.value.worker_url == dead_url
         assert e.value.kind == "unreachable"
         assert str(e.value).startswith(f"worker {dead_url} is unreachable (connection refused)")
+
+
+def test_a_worker_lost_after_the_early_handshake_costs_a_retry(ctx, monkeypatch):
+    """A query's handshake starts when it is asked for and is answered while the wheel
+    plans it: a worker lost after answering is found by the run, which goes again on the
+    workers left, and the answer is single-node's."""
+    sql = "SELECT l_returnflag, count(*) AS n FROM lineitem GROUP BY l_returnflag"
+    with LocalCluster(3) as cluster:
+        dctx = DistributedContext(ctx, workers=cluster, config=SPLIT_CONFIG, progress=False)
+        victim, lost = cluster.processes[1], cluster.urls[1]
+        planned = planning.request
+
+        def then_lost(*args: object) -> object:
+            made = planned(*args)
+            time.sleep(0.2)  # the workers have answered the handshake
+            victim.kill()
+            victim.wait()
+            return made
+
+        monkeypatch.setattr(planning, "request", then_lost)
+        df = dctx.sql(sql)
+        assert_same_rows(df.to_arrow_table(), ctx.sql(sql).to_arrow_table(), ordered=False)
+        metrics = dctx.metrics(df)
+        last = max(m["attempt"] for m in metrics)
+        used = {m["worker_url"] for m in metrics if m["attempt"] == last}
+        assert used and lost not in used, used
 
 
 def test_a_worker_killed_mid_query_costs_a_retry(tpch_dir, caplog):
