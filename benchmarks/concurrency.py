@@ -57,6 +57,17 @@ def run_users(run, queries: list[int], users: int) -> tuple[float, dict[tuple[in
     return time.perf_counter() - began, answers
 
 
+def distributed_context(ctx: SessionContext, mode: str, stack: ExitStack) -> DistributedContext:
+    """A context on ``ctx`` for ``mode`` (``embedded`` or ``localN``), its cluster closed with
+    ``stack``; progress off, as a service's would be."""
+    workers = None
+    if mode.startswith("local"):
+        workers = stack.enter_context(LocalCluster(int(mode[len("local") :])))
+    elif mode != "embedded":
+        raise ValueError(f"unknown mode {mode!r}")
+    return DistributedContext(ctx, workers=workers, progress=False)
+
+
 def wrong_answers(answers, expected: dict[int, pa.Table]) -> list[str]:
     """What differs from single-node's answers, one line each."""
     wrong = []
@@ -107,12 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "single":
                     runners[mode] = lambda sql, c=ctx: c.sql(sql).to_arrow_table()
                     continue
-                workers = None
-                if mode.startswith("local"):
-                    workers = stack.enter_context(LocalCluster(int(mode[len("local") :])))
-                elif mode != "embedded":
-                    parser.error(f"unknown mode {mode!r}")
-                dctx = DistributedContext(ctx, workers=workers, progress=False)
+                dctx = distributed_context(ctx, mode, stack)
                 runners[mode] = lambda sql, d=dctx: d.sql(sql).to_arrow_table()
                 explainers[mode] = dctx
             for mode, dctx in explainers.items():

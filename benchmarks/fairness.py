@@ -28,8 +28,8 @@ from pathlib import Path
 import pyarrow as pa
 from datafusion import SessionContext
 
+from benchmarks.concurrency import distributed_context
 from benchmarks.tpch import RESULTS, machine, same_values
-from datafusion_distributed_py import DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import is_distributed
 from harness import tpch
 
@@ -117,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             if mode == "single":
                 run: Run = lambda sql: ctx.sql(sql).to_arrow_table()  # noqa: E731
             else:
-                workers = None
-                if mode.startswith("local"):
-                    workers = stack.enter_context(LocalCluster(int(mode[len("local") :])))
-                elif mode != "embedded":
-                    parser.error(f"unknown mode {mode!r}")
-                dctx = DistributedContext(ctx, workers=workers, progress=False)
+                dctx = distributed_context(ctx, mode, stack)
                 for sql in [heavy, *map(light_sql, lights)]:
                     if not is_distributed(dctx.explain(sql)):
                         print(f"{mode}: not distributed: {sql[:60]}", file=sys.stderr)
