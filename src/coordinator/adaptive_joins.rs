@@ -562,14 +562,10 @@ fn from_sizes(plan: &Arc<dyn ExecutionPlan>) -> bool {
 
 /// Whether a scan's predicate is only dynamic filters (joined by AND).
 fn only_dynamic(predicate: &Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> bool {
-    use datafusion::logical_expr::Operator;
-    use datafusion::physical_expr::expressions::{BinaryExpr, DynamicFilterPhysicalExpr};
-    if predicate.is::<DynamicFilterPhysicalExpr>() {
-        return true;
-    }
-    predicate.downcast_ref::<BinaryExpr>().is_some_and(|b| {
-        *b.op() == Operator::And && only_dynamic(b.left()) && only_dynamic(b.right())
-    })
+    use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+    datafusion::physical_expr::split_conjunction(predicate)
+        .iter()
+        .all(|p| p.is::<DynamicFilterPhysicalExpr>())
 }
 
 fn keys_of(join: &HashJoinExec) -> String {
