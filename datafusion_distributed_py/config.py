@@ -108,6 +108,12 @@ class DistributedConfig:
             key's probe rows spread over the partitions, its build rows sent to each) when
             that key's rows are estimated at this many bytes or more. Default 256 MiB (as
             Spark's skew joins); ``0`` splits every hot key. See docs/adaptive-joins.md.
+        hold_whole_below: a kept table (``CREATE TABLE AS``, ``cache()``, an in-memory table
+            sent once) of at most this many bytes is held whole by one worker, moved there
+            once it is made, so that its follow-ups are one-task stages with no shuffle
+            between workers; rows an ``INSERT`` appends to such a table join it there while
+            the whole still fits. ``0`` leaves each part where the task that made it ran.
+            Default 128 MiB. See docs/kept-data.md.
 
     Example:
         >>> cfg = DistributedConfig(max_tasks_per_stage=4, compression="zstd")
@@ -148,6 +154,7 @@ class DistributedConfig:
     adaptive: bool = True
     adaptive_broadcast_bytes: int = 64 * 1024 * 1024
     adaptive_skew_bytes: int = 256 * 1024 * 1024
+    hold_whole_below: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -254,11 +261,14 @@ _TYPES: dict[str, type] = {
     "adaptive": bool,
     "adaptive_broadcast_bytes": int,
     "adaptive_skew_bytes": int,
+    "hold_whole_below": int,
 }
 
 #: Fields of this package's own that its Rust core reads among the planner's options
 #: (``src/coordinator/adaptive_joins.rs``); the crate's planner does not know them.
-CORE_OPTIONS = frozenset({"adaptive", "adaptive_broadcast_bytes", "adaptive_skew_bytes"})
+CORE_OPTIONS = frozenset(
+    {"adaptive", "adaptive_broadcast_bytes", "adaptive_skew_bytes", "hold_whole_below"}
+)
 
 #: Fields of this package's own, not options of the crate's planner.
 _OWN = frozenset(

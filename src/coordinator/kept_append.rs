@@ -58,15 +58,16 @@ impl KeptTable {
     async fn append(&self, pending: Pending) -> Result<u64> {
         let id = Uuid::new_v4();
         let uncommitted = Uncommitted(Some((self.planner.clone(), self.lineage.clone(), id)));
+        let joins = self.state.lock().expect("poisoned").parts.clone();
         let made = match pending {
             Pending::Rows(rows) => {
                 let source = AppendSource::Rows(rows);
-                let made = self.make_appended(id, &source, None).await;
+                let made = self.make_appended(id, &source, None, &joins).await;
                 made.map(|(parts, _)| (parts, source))
             }
             Pending::Query(request) => {
                 let source = AppendSource::Query(Arc::clone(&request), Sources::default());
-                let made = self.make_appended(id, &source, None).await;
+                let made = self.make_appended(id, &source, None, &joins).await;
                 made.map(|(parts, sources)| (parts, AppendSource::Query(request, sources)))
             }
         };

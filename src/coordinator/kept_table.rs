@@ -24,6 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
+use super::kept_whole::hold_whole;
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::Run;
@@ -135,7 +136,7 @@ impl KeptTable {
         // The first making reports progress to the caller; the lineage held for remakes not.
         let first = lineage.detached().reporting_to(request);
         let made = make_parts(&planner, &first, id, (original.as_deref(), rows), None);
-        let (parts, mut schema, sources, made_by) = made.await?;
+        let (mut parts, mut schema, sources, made_by) = made.await?;
         if let Some(old) = &replacing {
             schema = Arc::clone(&old.schema);
             if !old.retire_at(sources.version_read(old.id)) {
@@ -147,6 +148,8 @@ impl KeptTable {
                 ));
             }
         }
+        let held_as = (id, Arc::clone(&schema));
+        parts = hold_whole(&planner, &lineage, held_as, parts, (0, None)).await;
         let table = Arc::new_cyclic(|me| Self {
             id,
             me: me.clone(),
@@ -276,7 +279,10 @@ impl KeptTable {
                 (rows, schema),
                 expect,
             );
-            let (mut parts, ..) = made.await?;
+            let (parts, ..) = made.await?;
+            let held_as = (self.id, Arc::clone(&self.schema));
+            let mut parts =
+                hold_whole(&self.planner, &self.lineage, held_as, parts, (0, None)).await;
             let sources: Vec<(Uuid, AppendSource)> = {
                 let state = self.state.lock().expect("poisoned");
                 state
@@ -292,7 +298,8 @@ impl KeptTable {
                     AppendSource::Query(_, sources) => Some((self.name.as_str(), sources)),
                     AppendSource::Rows(_) => None,
                 };
-                parts.extend(self.make_appended(id, &source, expect).await?.0);
+                let appended = self.make_appended(id, &source, expect, &parts).await?.0;
+                parts.extend(appended);
                 remade_ids.push(id);
             }
             Ok::<_, datafusion::error::DataFusionError>((parts, remade_ids))
@@ -317,14 +324,16 @@ impl KeptTable {
     }
 
     /// The parts of an insert kept under store id `id`, made from `source` (checked against
-    /// its sources when made again, `expect`), and what its query read.
+    /// its sources when made again, `expect`), and what its query read; held with the
+    /// table's parts `joins` when those are held whole and all fit (see `kept_whole`).
     pub(super) async fn make_appended(
         &self,
         id: Uuid,
         source: &AppendSource,
         expect: Expect<'_>,
+        joins: &[KeptPart],
     ) -> Result<(Vec<KeptPart>, Sources)> {
-        let (mut parts, _, sources, _) = match source {
+        let (parts, _, sources, _) = match source {
             AppendSource::Rows(rows) => {
                 let rows = (Some(rows.as_slice()), Some(Arc::clone(&self.schema)));
                 make_parts(&self.planner, &self.lineage, id, rows, None).await?
@@ -333,6 +342,25 @@ impl KeptTable {
                 let run = request.appending(id, Arc::clone(&self.schema));
                 run_keeping(&self.planner, &Arc::new(run), expect).await?
             }
+        };
+        let mut holders: Vec<Option<&str>> = joins.iter().map(|p| p.holder.as_deref()).collect();
+        holders.dedup();
+        let held = match holders[..] {
+            [] => Some((0, None)),
+            [Some(holder)] => Some((joins.iter().map(|p| p.bytes).sum(), Some(holder))),
+            _ => None, // the table is not held whole: its follow-ups span workers anyway
+        };
+        let mut parts = match held {
+            Some(held) => {
+                let held_as = (id, Arc::clone(&self.schema));
+                // The insert's own settings say how much is held whole.
+                let base = match source {
+                    AppendSource::Query(request, _) => request,
+                    AppendSource::Rows(_) => &self.lineage,
+                };
+                hold_whole(&self.planner, base, held_as, parts, held).await
+            }
+            None => parts,
         };
         for part in &mut parts {
             part.store = Some(id.to_string());
@@ -607,7 +635,7 @@ async fn move_to_workers(
 const MOVED: u32 = 1 << 24;
 
 /// Runs `request` on the cluster (with the query-level retry) and gathers its rows.
-async fn run(
+pub(super) async fn run(
     planner: &Arc<ClusterPlanner>,
     request: &Arc<PlanRequest>,
 ) -> Result<Vec<RecordBatch>> {
@@ -665,6 +693,16 @@ pub(super) async fn free_everywhere(
         return;
     }
     let Ok(workers) = planner.urls() else { return };
+    free_on(planner, base, table, &workers).await;
+}
+
+/// Frees `table`'s parts on `workers`.
+pub(super) async fn free_on(
+    planner: &Arc<ClusterPlanner>,
+    base: &PlanRequest,
+    table: Uuid,
+    workers: &[Url],
+) {
     let parts: Vec<KeptPart> = workers
         .iter()
         .enumerate()

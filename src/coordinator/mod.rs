@@ -15,6 +15,7 @@ mod join_sides;
 mod kept_append;
 mod kept_provider;
 mod kept_table;
+mod kept_whole;
 mod lineage;
 mod live;
 mod operator_metrics;

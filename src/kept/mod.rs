@@ -17,7 +17,9 @@ mod routing;
 mod scan;
 pub mod store;
 
-pub use keep::{conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of};
+pub use keep::{
+    conform, decode as decode_keep, encode as encode_keep, keep_on_workers, parts_of, KeepExec,
+};
 pub use part::KeptPart;
 pub use registry::{
     all, mark_stale, register, resolve, unregister, Current, KeptReads, KeptSource, Planning,

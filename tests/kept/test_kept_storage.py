@@ -249,14 +249,18 @@ def test_differential_dml_matches_single_node_after_every_statement(tpch_dir, wo
     assert report.by_kind.get("insert", 0) > 80
 
 
-def _lose_a_worker(cluster: LocalCluster) -> None:
-    """Kills worker 0 and waits until the cluster has replaced it."""
-    before = list(cluster.urls)
-    cluster.processes[0].kill()
+def _lose_a_worker(cluster: LocalCluster, dctx: DistributedContext, table: str) -> str:
+    """Kills the worker holding most of kept table ``table`` (a small one is held whole by
+    one) and waits until the cluster has replaced it; returns its address."""
+    (kept,) = [k for k in dctx.status().kept if k.name == table]
+    lost = max(kept.shares, key=lambda s: s["bytes"])["holder"]
+    i = cluster.urls.index(lost)
+    cluster.processes[i].kill()
     deadline = time.monotonic() + 20
-    while cluster.urls[0] == before[0] and time.monotonic() < deadline:
+    while cluster.urls[i] == lost and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert cluster.urls[0] != before[0]
+    assert cluster.urls[i] != lost
+    return lost
 
 
 def test_inserted_parts_are_made_again_after_a_lost_worker(tpch_dir):
@@ -270,8 +274,7 @@ def test_inserted_parts_are_made_again_after_a_lost_worker(tpch_dir):
             _both(single, dctx, sql)
         _both(single, dctx, "INSERT INTO t0 VALUES (1, 2, 3.0)", through_ctx=True)
         _same_table(single, dctx, "t0")
-        lost = cluster.urls[0]
-        _lose_a_worker(cluster)
+        lost = _lose_a_worker(cluster, dctx, "t0")
         _same_table(single, dctx, "t0")
         (table,) = [k for k in dctx.status().kept if k.name == "t0"]
         assert lost not in {s["holder"] for s in table.shares}
@@ -308,7 +311,7 @@ def test_parts_are_never_made_again_from_changed_sources(tmp_path, change):
             pq.write_table(pa.table({"a": list(range(5))}), data / "0.parquet")
         else:
             dctx.sql("INSERT INTO s VALUES (2), (4)").collect()
-        _lose_a_worker(cluster)
+        _lose_a_worker(cluster, dctx, "k")
         # (Rows are read: `count(*)` is answered from the parts' counts, lost or not.)
         with pytest.raises(Exception, match=r"kept table k .*(rewritten|took inserts)"):
             dctx.sql("SELECT sum(a) FROM k").collect()
