@@ -170,7 +170,7 @@ def test_the_workers_a_table_moved_from_hold_none_of_it(source):
         single, dctx = _sessions(source, cluster)
         _make(single, dctx, "CREATE TABLE AS")
         (holder,) = _holders(dctx, "kept")
-        held = dict(zip(cluster.urls, map(_kept_parts_held, cluster.metrics_urls)))
+        held = dict(zip(cluster.urls, map(_kept_parts_held, cluster.metrics_urls), strict=True))
         assert held[holder] > 0 and sum(held.values()) == held[holder], held
         dctx.sql("DROP TABLE kept")
         deadline = time.monotonic() + 10
