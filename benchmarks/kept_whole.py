@@ -71,9 +71,13 @@ def main(argv: list[str] | None = None) -> int:
             equal = all(
                 same_values(d.sql(sql).to_arrow_table(), want, ordered=True) for d in modes.values()
             )
-            times: dict[str, list[float]] = {"single": []} | {m: [] for m in modes}
+            times: dict[str, list[float]] = {m: [] for m in ["single", *modes]}
+            runners: list[tuple[str, SessionContext | DistributedContext]] = [
+                ("single", single),
+                *modes.items(),
+            ]
             for _ in range(args.runs):
-                for m, runner in [("single", single), *modes.items()]:
+                for m, runner in runners:
                     started = time.perf_counter()
                     runner.sql(sql).collect()
                     times[m].append(time.perf_counter() - started)
