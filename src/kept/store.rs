@@ -110,8 +110,8 @@ pub fn put(
 }
 
 /// `batch`, copied into buffers of its own when it is a small slice of bigger ones (a scan's
-/// batch dealt to tasks, a filter that kept every row): holding the slice would hold, and
-/// count, every byte of the buffers it shares.
+/// batch dealt to tasks, a filter that kept every row, rows received from another worker):
+/// holding the slice would hold, and count, every byte of the buffers it shares.
 fn compact(batch: RecordBatch) -> Result<RecordBatch> {
     in_own_buffers(batch, |used| 2 * used + (64 << 10))
 }
