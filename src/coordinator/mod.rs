@@ -18,6 +18,7 @@ mod kept_table;
 mod kept_whole;
 mod lineage;
 mod live;
+mod load;
 mod operator_metrics;
 mod planner;
 mod query;

@@ -28,6 +28,7 @@ use super::handshake::{
 };
 use super::lineage::Sources;
 use super::live::{busy, tasks_of, watch, Observer, WorkerStatus};
+use super::load;
 use super::settings::{apply_options, settle_compression};
 use super::step_clock::StepClock;
 use super::subqueries;
@@ -499,7 +500,17 @@ impl ClusterPlanner {
             let tasks = spool.tasks_per_stage.to_string();
             options.insert("distributed.max_tasks_per_stage".into(), tasks);
         }
-        if urls != resolved || spool.is_some() {
+        let shared = match req.role {
+            Role::Query | Role::Keep { .. } if spool.is_none() => {
+                shared_workers(&options, &urls, attempt)
+            }
+            _ => None,
+        };
+        if let Some((tasks, note)) = &shared {
+            options.insert(MAX_TASKS.into(), tasks.to_string());
+            log.set_sizing(note.clone());
+        }
+        if urls != resolved || spool.is_some() || shared.is_some() {
             state = state_for(&urls, &options, &log)?; // planned for the workers it runs on
         }
         let mut sources = Sources::default();
@@ -683,6 +694,36 @@ fn decode_plan(req: &PlanRequest, task_ctx: &TaskContext) -> Result<Arc<dyn Exec
 /// of its first run (as without spooling), kept for its runs again on fewer workers. A leaf
 /// task spools in chunks (`spool::chunks`), so a lost worker costs about a chunk of each of
 /// its tasks, not the tasks.
+const MAX_TASKS: &str = "distributed.max_tasks_per_stage";
+
+/// The tasks per stage of a query planned over `urls` while other queries of this process are
+/// read on them (see `load`), and why; None when it runs alone or its tasks per stage were set.
+fn shared_workers(
+    options: &HashMap<String, String>,
+    urls: &[Url],
+    attempt: usize,
+) -> Option<(usize, String)> {
+    if options.get(MAX_TASKS).is_some_and(|v| v.trim() != "0") {
+        return None;
+    }
+    // A run after a lost worker is read by the same reader, counted already.
+    let others = load::running_on(urls).saturating_sub(usize::from(attempt > 1));
+    let tasks = load::tasks_per_stage(urls.len(), others)?;
+    let queries = if others == 1 {
+        "query was"
+    } else {
+        "queries were"
+    };
+    (tasks < urls.len()).then(|| {
+        let note = format!(
+            "at most {tasks} task(s) per stage: {others} other {queries} running on these {} \
+             workers",
+            urls.len()
+        );
+        (tasks, note)
+    })
+}
+
 fn spool_tasks(options: &HashMap<String, String>, workers: usize) -> usize {
     let set = options
         .get("distributed.max_tasks_per_stage")

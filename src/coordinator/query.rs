@@ -14,6 +14,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::load::Running;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::task_log::TaskLog;
 use crate::errors::{as_worker_failure, worker_lost, FailureKind};
@@ -48,6 +49,8 @@ pub struct Query {
     pub(super) failure: Mutex<Option<FailureRecord>>,
     /// The trace context the next runs' tasks are sent with (see `protocol::task_headers`).
     pub(super) trace: Mutex<Option<TaskTrace>>,
+    /// Counts it among the queries running on its workers while its result is read (`load`).
+    reading: Mutex<std::sync::Weak<Running>>,
 }
 
 /// A worker failure as Python's `WorkerError` carries it: the worker, the kind, the message.
@@ -66,7 +69,19 @@ impl Query {
             granted_at: AtomicUsize::new(usize::MAX),
             failure: Mutex::default(),
             trace: Mutex::default(),
+            reading: Mutex::default(),
         }
+    }
+
+    /// Held while a stream of its result is read: the partitions of a run share one.
+    pub fn reading(&self) -> Arc<Running> {
+        let mut reading = self.reading.lock().expect("poisoned");
+        if let Some(running) = reading.upgrade() {
+            return running;
+        }
+        let running = Arc::new(Running::start(self.planner.urls().unwrap_or_default()));
+        *reading = Arc::downgrade(&running);
+        running
     }
 
     /// `err`, remembered as the scan's failure when it is a worker's.

@@ -86,6 +86,8 @@ struct Attempt {
     projection: Option<Vec<usize>>,
     /// Fails a wait for the next batch during which nothing of the query moves.
     guard: Option<StallGuard>,
+    /// Counts the query as running on its workers until its streams are done (`load`).
+    _reading: Arc<super::load::Running>,
 }
 
 impl Attempt {
@@ -144,6 +146,7 @@ impl ExecutionPlan for DistributedRootExec {
             query: Arc::clone(&self.query),
             projection: self.projection.clone(),
             guard: (self.query.stall_timeout()).map(|t| StallGuard::start(&self.query, t)),
+            _reading: self.query.reading(),
         };
         let batches = futures::stream::unfold(first, |mut run| async move {
             if run.done {

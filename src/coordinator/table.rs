@@ -36,6 +36,8 @@ pub struct DistributedTable {
     steps: Mutex<StepClock>,
     /// How that plan's joins were planned from their inputs' real sizes.
     decisions: Vec<String>,
+    /// Why the plan made at submission has fewer tasks per stage than workers (`load`).
+    sizing: Option<String>,
 }
 
 impl std::fmt::Debug for DistributedTable {
@@ -57,6 +59,7 @@ impl DistributedTable {
             exact_rows: planned.exact_rows,
             steps: Mutex::new(planned.clock.clone()),
             decisions: planned.log.decisions(),
+            sizing: planned.log.sizing(),
             unused: Mutex::new(Some(planned)),
         }
     }
@@ -76,6 +79,11 @@ impl DistributedTable {
     /// How the plan made at submission planned its joins from their inputs' real sizes.
     pub fn decisions(&self) -> &[String] {
         &self.decisions
+    }
+
+    /// Why the plan made at submission has fewer tasks per stage than workers, if it does.
+    pub fn sizing(&self) -> Option<&str> {
+        self.sizing.as_deref()
     }
 
     /// The query's row count, when the statistics of the plan made at submission know it

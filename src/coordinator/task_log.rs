@@ -80,6 +80,8 @@ pub struct TaskLog {
     trace: Mutex<Option<TaskTrace>>,
     /// How the run's joins were planned from their inputs' real sizes (`adaptive_joins`).
     decisions: Mutex<Vec<String>>,
+    /// Why its stages have fewer tasks than workers, when other queries shared them (`load`).
+    sizing: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for TaskLog {
@@ -101,7 +103,17 @@ impl TaskLog {
             plan_bytes: Default::default(),
             trace: Mutex::default(),
             decisions: Mutex::default(),
+            sizing: Mutex::default(),
         }
+    }
+
+    pub fn set_sizing(&self, why: String) {
+        *self.sizing.lock().expect("poisoned") = Some(why);
+    }
+
+    /// Why its stages have fewer tasks than workers, if they do (see `load`).
+    pub fn sizing(&self) -> Option<String> {
+        self.sizing.lock().expect("poisoned").clone()
     }
 
     /// Records how the run's joins were planned from their inputs' real sizes.

@@ -130,6 +130,13 @@ impl DistributedPlan {
                 text.push_str(&format!("  {decision}\n"));
             }
         }
+        let sizing = match &log {
+            Some(log) => log.sizing(),
+            None => self.table.sizing().map(str::to_string),
+        };
+        if let (Some(why), "text") = (sizing, format) {
+            text.push_str(&format!("Stages sized for a shared cluster: {why}\n"));
+        }
         if let (Some(log), "text") = (log, format) {
             text.push_str("Tasks by worker:\n");
             text.push_str(&log.render());
