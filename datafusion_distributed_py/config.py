@@ -41,7 +41,9 @@ class DistributedConfig:
             is on this machine — the embedded cluster, loopback addresses — where it costs
             CPU and saves no network; lz4 otherwise), "none", "lz4" or "zstd".
         shuffle_batch_size: batch size for worker stages; 0 keeps the session's batch size.
-        max_tasks_per_stage: upper bound of tasks per stage; 0 means the number of workers.
+        max_tasks_per_stage: upper bound of tasks per stage; 0 means the number of workers,
+            shared among the queries of this process running on them at once (a query planned
+            beside one other on two workers gets one task per stage; see docs/concepts.md).
         partial_reduce: extra partial aggregation before shuffles (not applied to queries
             with GROUPING SETS, ROLLUP or CUBE, whose answers it would change).
         worker_connection_buffer_budget_bytes: buffer per worker connection before pausing.
