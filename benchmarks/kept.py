@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 from datafusion import SessionContext
 
-from benchmarks.tpch import RESULTS, data_arguments, machine, same_values, turn_times
+from benchmarks.tpch import RESULTS, data_arguments, machine, same_values, tpch_data, turn_times
 from datafusion_distributed_py import DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import plan_bytes_sent
 from harness import tpch
@@ -118,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pandas-mb", type=int, default=500, help="0: no from_pandas row")
     args = parser.parse_args(argv)
     sf = f"{args.sf:g}"
-    data = Path(args.data) / f"sf{sf}-p{args.parts}"
-    if not (data / "lineitem").exists():
-        tpch.generate(data, args.sf, args.parts)
+    data = tpch_data(args)
     lines = [
         f"# Kept data at TPC-H SF{sf} ({args.parts} files per table)",
         "",

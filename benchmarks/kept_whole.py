@@ -16,14 +16,12 @@ import argparse
 import statistics
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 from datafusion import SessionContext
 
 from benchmarks.kept import FOLLOW_UPS
-from benchmarks.tpch import RESULTS, data_arguments, machine, same_values
+from benchmarks.tpch import RESULTS, data_arguments, machine, same_values, tpch_data
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster
-from harness import tpch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="runs of each follow-up per mode")
     args = parser.parse_args(argv)
     sf = f"{args.sf:g}"
-    data = Path(args.data) / f"sf{sf}-p{args.parts}"
-    if not (data / "lineitem").exists():
-        tpch.generate(data, args.sf, args.parts)
+    data = tpch_data(args)
     make = f"CREATE TABLE kept AS SELECT * FROM lineitem WHERE l_shipdate >= '{args.since}'"
 
     def session() -> SessionContext:

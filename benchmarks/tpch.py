@@ -92,6 +92,15 @@ def data_arguments(parser: argparse.ArgumentParser, repeat: int) -> argparse.Arg
     return parser
 
 
+def tpch_data(args: argparse.Namespace) -> Path:
+    """The TPC-H data ``data_arguments`` name (``<data>/sf<sf>-p<parts>``), made first when
+    it is not there."""
+    data = Path(args.data) / f"sf{args.sf:g}-p{args.parts}"
+    if not (data / "lineitem").exists():
+        tpch.generate(data, args.sf, args.parts)
+    return data
+
+
 def machine() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 from datafusion import SessionContext
 
-from benchmarks.tpch import RESULTS, best_times, data_arguments, machine
+from benchmarks.tpch import RESULTS, best_times, data_arguments, machine, tpch_data
 from datafusion_distributed_py import DistributedContext, LocalCluster
 from datafusion_distributed_py.testing import shuffle_bytes
 from harness import tpch
@@ -83,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     data_arguments(parser, repeat=2)
     args = parser.parse_args(argv)
     sf = f"{args.sf:g}"
-    data = Path(args.data) / f"sf{sf}-p{args.parts}"
-    if not (data / "lineitem").exists():
-        tpch.generate(data, args.sf, args.parts)
+    data = tpch_data(args)
     ctx = SessionContext()
     tpch.register(ctx, data)
     scratch = Path(tempfile.mkdtemp(prefix="dfdpy-writes-"))
