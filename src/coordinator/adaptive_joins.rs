@@ -68,13 +68,6 @@ pub const BROADCAST_BYTES: &str = "distributed.adaptive_broadcast_bytes";
 /// `distributed.adaptive_skew_bytes`: the least bytes of a hot key's probe rows for its join
 /// to be split (see `skewed_keys`).
 pub const SKEW_BYTES: &str = "distributed.adaptive_skew_bytes";
-/// Our keys among a query's `distributed.*` options (the crate does not know them).
-pub const OUR_KEYS: [&str; 4] = [
-    ADAPTIVE,
-    BROADCAST_BYTES,
-    SKEW_BYTES,
-    super::kept_whole::HOLD_WHOLE_BELOW,
-];
 /// The default cap of a broadcast.
 const DEFAULT_BROADCAST_BYTES: usize = 64 * 1024 * 1024;
 /// The default least size of a hot key's probe rows for a split: Spark's (its

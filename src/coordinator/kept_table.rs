@@ -24,7 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use url::Url;
 use uuid::Uuid;
 
-use super::kept_whole::hold_whole;
+use super::kept_whole::{hold_whole_below, move_plan, whole_on};
 use super::lineage::Sources;
 use super::planner::{ClusterPlanner, PlanRequest, Planned};
 use super::query::Run;
@@ -634,8 +634,58 @@ async fn move_to_workers(
 /// send an in-memory table, numbered `i << 16`).
 const MOVED: u32 = 1 << 24;
 
+/// `parts` of store `store` (rows of `schema`), held whole by one worker when they should be
+/// (`kept_whole`): `extra` bytes held already on `prefer` (the table an insert joins); as they
+/// were when not, or when the move fails.
+async fn hold_whole(
+    planner: &Arc<ClusterPlanner>,
+    base: &PlanRequest,
+    (store, schema): (Uuid, SchemaRef),
+    parts: Vec<KeptPart>,
+    (extra, prefer): (u64, Option<&str>),
+) -> Vec<KeptPart> {
+    let limit = match hold_whole_below(&base.options) {
+        Ok(limit) => limit,
+        Err(e) => {
+            log::warn!("{e}");
+            return parts;
+        }
+    };
+    let Some(target) = whole_on(&parts, limit, extra, prefer) else {
+        return parts;
+    };
+    if planner.is_embedded() {
+        // One process holds every part: which in-process worker reads them is only routing.
+        let holder = Some(target);
+        return parts
+            .into_iter()
+            .map(|p| KeptPart {
+                holder: holder.clone(),
+                ..p
+            })
+            .collect();
+    }
+    let moved = async {
+        let mut moving = move_plan((store, schema), &parts, &target)?;
+        let mut request = base.running_plan(moving.plan);
+        // A lost worker fails the move, not the statement: the parts then stay where they are.
+        request.max_retries = 0;
+        let moved = parts_of(&run(planner, &Arc::new(request)).await?)?;
+        moving.stay.extend(moved);
+        free_on(planner, base, store, &moving.sources).await;
+        Ok::<_, datafusion::error::DataFusionError>(moving.stay)
+    };
+    match moved.await {
+        Ok(moved) => moved,
+        Err(e) => {
+            log::info!("kept parts of {store} stay where they are (moving them to {target}: {e})");
+            parts
+        }
+    }
+}
+
 /// Runs `request` on the cluster (with the query-level retry) and gathers its rows.
-pub(super) async fn run(
+async fn run(
     planner: &Arc<ClusterPlanner>,
     request: &Arc<PlanRequest>,
 ) -> Result<Vec<RecordBatch>> {
@@ -697,12 +747,7 @@ pub(super) async fn free_everywhere(
 }
 
 /// Frees `table`'s parts on `workers`.
-pub(super) async fn free_on(
-    planner: &Arc<ClusterPlanner>,
-    base: &PlanRequest,
-    table: Uuid,
-    workers: &[Url],
-) {
+async fn free_on(planner: &Arc<ClusterPlanner>, base: &PlanRequest, table: Uuid, workers: &[Url]) {
     let parts: Vec<KeptPart> = workers
         .iter()
         .enumerate()

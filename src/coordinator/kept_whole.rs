@@ -8,23 +8,22 @@
 //! most of them; the planner then sizes its scans at one task, and a follow-up is one stage
 //! run where the rows are. Its lineage still makes it again if that worker is lost.
 //!
-//! The move is one run of our own: the other holders read their parts (a stage of one task
-//! each), and one task on the chosen worker keeps what they send; then the other holders free
-//! theirs. A move that fails leaves the parts where they were: it only costs speed.
+//! The move is one run of our own ([`move_plan`], run by `kept_table::hold_whole`): the other
+//! holders read their parts (a stage of one task each), and one task on the chosen worker
+//! keeps what they send; then the other holders free theirs. A move that fails leaves the
+//! parts where they were: it only costs speed.
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::NetworkCoalesceExec;
 use url::Url;
 use uuid::Uuid;
 
-use super::kept_table::{free_on, run};
-use super::planner::{ClusterPlanner, PlanRequest};
-use crate::kept::{parts_of, KeepExec, KeptPart, KeptScanExec, Op};
+use crate::kept::{KeepExec, KeptPart, KeptScanExec, Op};
 
 /// `distributed.hold_whole_below`: the most bytes of a kept table (or of an insert's rows
 /// into one held whole) moved to a single worker; 0 never moves.
@@ -43,9 +42,7 @@ pub fn hold_whole_below(options: &HashMap<String, String>) -> Result<u64> {
     match options.get(HOLD_WHOLE_BELOW) {
         None => Ok(DEFAULT_HOLD_WHOLE_BELOW),
         Some(v) => v.trim().parse().map_err(|_| {
-            datafusion::common::DataFusionError::Configuration(format!(
-                "invalid value {v:?} for {HOLD_WHOLE_BELOW}"
-            ))
+            DataFusionError::Configuration(format!("invalid value {v:?} for {HOLD_WHOLE_BELOW}"))
         }),
     }
 }
@@ -86,76 +83,41 @@ pub fn whole_on(
     elsewhere.then(|| target.to_string())
 }
 
-/// `parts` of store `store` (rows of `schema`), held whole by one worker when they should be
-/// (see [`whole_on`]); as they were when not, or when the move fails.
-pub async fn hold_whole(
-    planner: &Arc<ClusterPlanner>,
-    base: &PlanRequest,
-    (store, schema): (Uuid, SchemaRef),
-    parts: Vec<KeptPart>,
-    (extra, prefer): (u64, Option<&str>),
-) -> Vec<KeptPart> {
-    let limit = match hold_whole_below(&base.options) {
-        Ok(limit) => limit,
-        Err(e) => {
-            log::warn!("{e}");
-            return parts;
-        }
-    };
-    let Some(target) = whole_on(&parts, limit, extra, prefer) else {
-        return parts;
-    };
-    if planner.is_embedded() {
-        // One process holds every part: which in-process worker reads them is only routing.
-        return parts
-            .into_iter()
-            .map(|p| KeptPart {
-                holder: Some(target.clone()),
-                ..p
-            })
-            .collect();
-    }
-    match move_parts(planner, base, (store, schema), &parts, &target).await {
-        Ok(moved) => moved,
-        Err(e) => {
-            log::info!("kept parts of {store} stay where they are (moving them to {target}: {e})");
-            parts
-        }
-    }
+/// A move onto one worker: the plan, the parts that stay where they are (on that worker),
+/// and the other holders (to free theirs once the plan has run).
+pub struct Move {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub stay: Vec<KeptPart>,
+    pub sources: Vec<Url>,
 }
 
-async fn move_parts(
-    planner: &Arc<ClusterPlanner>,
-    base: &PlanRequest,
+/// The move of the `parts` of store `store` (rows of `schema`) that `target` does not hold
+/// onto it: one task on each other holder reads its parts (`scan::scale_up`), one on `target`
+/// keeps what they send.
+pub fn move_plan(
     (store, schema): (Uuid, SchemaRef),
     parts: &[KeptPart],
     target: &str,
-) -> Result<Vec<KeptPart>> {
-    let (mut stay, from): (Vec<KeptPart>, Vec<KeptPart>) = parts
+) -> Result<Move> {
+    let (stay, from): (Vec<KeptPart>, Vec<KeptPart>) = parts
         .iter()
         .cloned()
         .partition(|p| p.holder.as_deref() == Some(target));
     let mut sources: Vec<String> = from.iter().filter_map(|p| p.holder.clone()).collect();
     sources.sort();
     sources.dedup();
-    // One task on each other holder reads its parts (`scan::scale_up`); one on `target`
-    // keeps what they send.
     let read = KeptScanExec::new(store, String::new(), Op::Read, schema, None, from)?;
     let sent = NetworkCoalesceExec::try_new(Arc::new(read), sources.len(), 1)?;
-    let target_url = Url::parse(target)
-        .map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))?;
-    let keep = KeepExec::new(Arc::new(sent), store, WHOLE, vec![target_url], None);
+    let target = Url::parse(target).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let keep = KeepExec::new(Arc::new(sent), store, WHOLE, vec![target], None);
     let kept = NetworkCoalesceExec::try_new(Arc::new(keep), 1, 1)?;
     let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::new(kept)));
-    let mut request = base.running_plan(plan);
-    // A lost worker fails the move, not the statement: the parts then stay where they are.
-    request.max_retries = 0;
-    let summary = run(planner, &Arc::new(request)).await?;
-    let moved = parts_of(&summary)?;
-    stay.extend(moved);
-    let sources: Vec<Url> = sources.iter().filter_map(|s| Url::parse(s).ok()).collect();
-    free_on(planner, base, store, &sources).await;
-    Ok(stay)
+    let sources = sources.iter().filter_map(|s| Url::parse(s).ok()).collect();
+    Ok(Move {
+        plan,
+        stay,
+        sources,
+    })
 }
 
 #[cfg(test)]

@@ -86,8 +86,9 @@ struct Attempt {
     projection: Option<Vec<usize>>,
     /// Fails a wait for the next batch during which nothing of the query moves.
     guard: Option<StallGuard>,
-    /// Counts the query as running on its workers until its streams are done (`load`).
-    _reading: Arc<super::load::Running>,
+    /// Counts the query as running on its workers until its streams are done (`load`):
+    /// dropped when the run ends, failed or not, even if the reader keeps the stream.
+    reading: Option<Arc<super::load::Running>>,
 }
 
 impl Attempt {
@@ -146,7 +147,7 @@ impl ExecutionPlan for DistributedRootExec {
             query: Arc::clone(&self.query),
             projection: self.projection.clone(),
             guard: (self.query.stall_timeout()).map(|t| StallGuard::start(&self.query, t)),
-            _reading: self.query.reading(),
+            reading: Some(self.query.reading()),
         };
         let batches = futures::stream::unfold(first, |mut run| async move {
             if run.done {
@@ -172,11 +173,13 @@ impl ExecutionPlan for DistributedRootExec {
                         if own.is_none() && run.may_retry(&e) {
                             if let Err(again) = run.next_run(&e).await {
                                 run.done = true;
+                                run.reading = None;
                                 return Some((Err(run.query.failed(again)), run));
                             }
                             continue;
                         }
                         run.done = true;
+                        run.reading = None;
                         let e = match own {
                             Some(own) => own,
                             None => run.query.name_lost_peer(e).await,
@@ -185,6 +188,7 @@ impl ExecutionPlan for DistributedRootExec {
                     }
                     None => {
                         run.done = true;
+                        run.reading = None;
                         let empty = run.empty_batch.take().filter(|_| !run.delivered);
                         return empty.map(|batch| (Ok(batch), run));
                     }

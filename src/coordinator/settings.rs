@@ -7,6 +7,14 @@ use datafusion::prelude::SessionConfig;
 use datafusion_distributed::DistributedConfig;
 use url::{Host, Url};
 
+/// Our keys among a query's `distributed.*` options (the crate does not know them).
+const OUR_KEYS: [&str; 4] = [
+    super::adaptive_joins::ADAPTIVE,
+    super::adaptive_joins::BROADCAST_BYTES,
+    super::adaptive_joins::SKEW_BYTES,
+    super::kept_whole::HOLD_WHOLE_BELOW,
+];
+
 /// Applies `options` to `cfg`: `datafusion.*` first so that `distributed.*` keys win any
 /// overlap. A `datafusion.*` entry the config does not know (datafusion-python reports
 /// runtime-env entries among its settings) stays with the session; an unknown or malformed
@@ -15,7 +23,7 @@ pub fn apply_options(cfg: &mut SessionConfig, options: &HashMap<String, String>)
     let mut entries: Vec<_> = options.iter().collect();
     entries.sort_by_key(|(k, _)| (k.starts_with("distributed."), k.as_str()));
     for (key, value) in entries {
-        if super::adaptive_joins::OUR_KEYS.contains(&key.as_str()) {
+        if OUR_KEYS.contains(&key.as_str()) {
             continue; // read by the planner itself
         }
         match cfg.options_mut().set(key, value) {
