@@ -82,8 +82,10 @@ def test_many_users_at_once_get_single_node_s_answers(ctx: SessionContext, worke
         for k in range(len(queries)):
             n = (i + k) % len(queries)
             try:
-                got = dctx.sql(queries[n]).to_arrow_table()
+                df = dctx.sql(queries[n])
+                got = df.to_arrow_table()
                 assert_same_rows(got, want[n], ordered="ORDER BY" in queries[n])
+                assert_ran_on_workers(df, dctx, stages=False)
             except Exception as e:  # counted, and shown, below
                 wrong.append(f"{queries[n]}: {e}")
 
