@@ -131,7 +131,8 @@ impl Adaptive {
     }
 }
 
-fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
+/// `value` of option `key`, or an error naming both.
+pub(super) fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
     value.trim().to_ascii_lowercase().parse().map_err(|_| {
         datafusion::common::DataFusionError::Configuration(format!(
             "invalid value {value:?} for {key}"

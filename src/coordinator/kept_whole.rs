@@ -41,9 +41,7 @@ const WHOLE: u32 = 1 << 28;
 pub fn hold_whole_below(options: &HashMap<String, String>) -> Result<u64> {
     match options.get(HOLD_WHOLE_BELOW) {
         None => Ok(DEFAULT_HOLD_WHOLE_BELOW),
-        Some(v) => v.trim().parse().map_err(|_| {
-            DataFusionError::Configuration(format!("invalid value {v:?} for {HOLD_WHOLE_BELOW}"))
-        }),
+        Some(v) => super::adaptive_joins::parse(HOLD_WHOLE_BELOW, v),
     }
 }
 
