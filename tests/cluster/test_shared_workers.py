@@ -96,3 +96,19 @@ def test_many_users_at_once_get_single_node_s_answers(ctx: SessionContext, worke
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "a user's query never returned"
     assert wrong == []
+
+
+def test_a_dataframe_api_frame_beside_another_shares_the_workers(ctx: SessionContext, workers):
+    """The same sharing for a frame built with the DataFrame API (``dctx.table``)."""
+    from datafusion import col
+    from datafusion import functions as f
+
+    dctx = DistributedContext(ctx, workers, progress=False)
+    reading = _reading(dctx)
+    frame = dctx.table("lineitem").aggregate([col("l_returnflag")], [f.count(col("l_orderkey"))])
+    plan = dctx.explain(frame)
+    assert _tasks(plan) == {1} and "shared cluster" in plan, plan
+    want = ctx.table("lineitem").aggregate([col("l_returnflag")], [f.count(col("l_orderkey"))])
+    assert_same_rows(frame.to_arrow_table(), want.to_arrow_table(), ordered=False)
+    assert_ran_on_workers(frame, dctx, stages=False)
+    del reading
