@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from dataclasses import dataclass, fields
@@ -227,6 +228,11 @@ class DistributedConfig:
 
     def to_options(self) -> dict[str, str]:
         """The settings as ``distributed.*`` option strings, as the Rust planner reads them."""
+        return dict(self._options)
+
+    @functools.cached_property
+    def _options(self) -> dict[str, str]:
+        # Made once per config (it is frozen); every query reads it.
         out = {}
         for f in fields(self):
             if f.name in _OWN:

@@ -169,14 +169,14 @@ class DistributedContext:
         variant = plan.to_variant()
         if not isinstance(
             variant, (EmptyRelation, Explain, Analyze)
-        ) and kept_data.keep_memory_tables(self._engine, df):
+        ) and kept_data.keep_memory_tables(self._engine, df, plan):
             df = self._ctx.sql(query)  # planned again over the tables now kept
             plan = df.logical_plan()
             variant = plan.to_variant()
         # Statements `SessionContext.sql` already ran (DDL, SET, ...) leave an empty relation.
         if isinstance(variant, EmptyRelation):
             return df
-        inserted = kept_data.insert_into_kept(self._engine, df, query.strip())
+        inserted = kept_data.insert_into_kept(self._engine, df, query.strip(), plan)
         if inserted is not None:
             return inserted
         if isinstance(variant, DmlStatement):

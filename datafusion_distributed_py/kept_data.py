@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from datafusion import DataFrame
+from datafusion import DataFrame, LogicalPlan
 from datafusion.expr import DmlStatement
 
 from datafusion_distributed_py import _internal, kept_dml, planning
@@ -37,13 +37,14 @@ def keep(
         return None
 
 
-def keep_memory_tables(engine: Engine, df: DataFrame) -> bool:
+def keep_memory_tables(engine: Engine, df: DataFrame, plan: LogicalPlan | None = None) -> bool:
     """Sends each in-memory table ``df`` reads of more than ``keep_tables_above`` bytes to the
     workers once, and registers it on ``ctx`` again as the kept table reading it there
     (single-node reads the same rows here). True when any was: frames made before that still
     carry the rows in their plans, so the caller makes ``df`` again."""
     ctx, kept_any = engine.ctx, False
-    for name, ref in scanned_tables(df.logical_plan()).items():
+    plan = plan if plan is not None else df.logical_plan()  # read once by a caller that has it
+    for name, ref in scanned_tables(plan).items():
         rows = _rows_to_keep(engine, ref)
         if rows is None or sum(b.nbytes for b in rows) <= engine.config.keep_tables_above:
             continue
@@ -102,14 +103,16 @@ def cache(engine: Engine, df: DataFrame, sql: str) -> DataFrame:
     return planning.lazy(engine, engine.ctx.read_table(kept), f"{sql} \u2192 cache()")
 
 
-def insert_into_kept(engine: Engine, single_node: DataFrame, sql: str) -> DataFrame | None:
+def insert_into_kept(
+    engine: Engine, single_node: DataFrame, sql: str, plan: LogicalPlan | None = None
+) -> DataFrame | None:
     """``single_node`` when it is an ``INSERT INTO`` a kept table (from ``dctx.sql`` or a
     frame given to ``distribute``): a frame whose every run runs the statement's input on the
     workers, each task keeping its rows as the table's where it ran (none pass through here),
     and gives the count; the rows join the table at once when all are held. An input that
     cannot be distributed runs single-node (``single_node``, warned about as for any query),
     its rows sent to the workers. None for any other frame."""
-    plan = single_node.logical_plan()
+    plan = plan if plan is not None else single_node.logical_plan()
     dml = plan.to_variant()
     if not isinstance(dml, DmlStatement) or not kept_dml.is_append(dml):
         return None

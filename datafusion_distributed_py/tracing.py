@@ -90,6 +90,11 @@ def begin(sql: str, ran_on: str, source: Any) -> QueryTrace | None:
     if trace is None:
         return None
     provider = getattr(_local, "provider", None)
+    # The API's own providers record nothing until an SDK's is set: no span to open.
+    unset = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    if provider is None and isinstance(trace.get_tracer_provider(), unset):
+        _send_under(source, None)
+        return None
     tracer = (provider.get_tracer(_SCOPE) if provider is not None
               else trace.get_tracer(_SCOPE))  # fmt: skip
     span = tracer.start_span(QUERY, attributes={
