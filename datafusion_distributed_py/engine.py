@@ -39,10 +39,6 @@ class Engine:
         frames: what the frames this context returns distribute their steps with.
         not_in_memory: tables found not to be in memory, by reference, with the schema
             they had then (so a file table is not inspected again for each query).
-        small_in_memory: in-memory tables found too small to keep, by reference, with the
-            ``keep_tables_above`` they were measured against (so a small table is not
-            planned again to size it at each query; a query whose serialised plan turns out
-            large forgets them all, see ``planning``).
     """
 
     owner: object
@@ -55,7 +51,6 @@ class Engine:
     wire: Wire
     frames: Distributor | None = None
     not_in_memory: dict[str, pa.Schema] = field(default_factory=dict)
-    small_in_memory: dict[str, int] = field(default_factory=dict)
 
     def feed(self, sql: str) -> Feed:
         """The progress feed of one run of ``sql``, listed as this context's (and its

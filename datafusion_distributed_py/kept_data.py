@@ -69,15 +69,8 @@ def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
     query that reads it (each planning lists its files). An in-memory table's rows are
     collected only when its scan, serialised, is over half the limit: serialised, rows take
     about their bytes in memory, and serialising a small scan costs a few microseconds where
-    collecting it plans it again (a tenth of a millisecond at every query). A table found
-    under that is remembered too (planning it to size it is that tenth of a millisecond),
-    until a query's serialised plan is over half the limit: it may carry a table grown since.
+    collecting it plans it again (a tenth of a millisecond at every query).
     """
-    limit = engine.config.keep_tables_above
-    # Whatever replaced a table found small since, a plan holding its rows would show it
-    # (`planning` then forgets these): no need to read the table again to tell.
-    if engine.small_in_memory.get(ref) == limit:
-        return None
     try:
         table = engine.ctx.table(ref)
     except Exception:  # datafusion raises plain Exception subclasses
@@ -94,9 +87,8 @@ def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
     try:
         serialised = len(node.to_bytes())
     except Exception:  # a type the plan's encoding lacks: sized by its rows instead
-        serialised = limit
-    if 2 * serialised <= limit:
-        engine.small_in_memory[ref] = limit
+        serialised = engine.config.keep_tables_above
+    if 2 * serialised <= engine.config.keep_tables_above:
         return None
     return table.collect()
 

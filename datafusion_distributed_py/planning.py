@@ -164,10 +164,6 @@ def _request(
         req.plan_bytes, wire = engine.wire.serialise(physical, ctx, facts, streams)
     except Exception as e:  # datafusion raises plain Exception subclasses
         raise unsupported(engine.wire.session, fresh, e, ctx) from e
-    if engine.small_in_memory and 2 * len(req.plan_bytes) > engine.config.keep_tables_above:
-        # A table found small may have grown since (an INSERT on ctx, registered again):
-        # this plan carries its rows, the next query sizes every table again and keeps it.
-        engine.small_in_memory.clear()
     req.codec, req.session = wire.__datafusion_physical_extension_codec__(), wire
     # The logical plan is read (optimised once more) only for what the physical one lacks.
     if facts.reads_text_files or facts.filters_windows:

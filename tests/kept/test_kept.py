@@ -134,33 +134,6 @@ def test_a_small_in_memory_table_travels_inline(workers):
     assert not any(n == "small" for _, n, _ in _internal.kept_tables())
 
 
-@pytest.mark.parametrize("grows_by", ["an INSERT on ctx", "registered again"])
-def test_a_small_in_memory_table_that_grows_is_kept_once_a_query_reads_it_big(workers, grows_by):
-    """A table found small is not sized again at each query. Once it grew behind our back
-    (single-node's INSERT on ``ctx``, registered again under its name), the query that reads
-    it big carries its rows in its plan; the next one keeps it. Every answer single-node's."""
-    single, ctx = SessionContext(), SessionContext()
-    for c in (single, ctx):
-        c.from_pydict({"k": [1, 2, 3]}, name="grows")
-    dctx = DistributedContext(ctx, workers, config=KEEP_ABOVE, progress=False)
-    sql = "SELECT k % 7 AS g, count(*) AS n, sum(k) AS s FROM grows GROUP BY g ORDER BY g"
-    for _ in range(2):
-        assert_distributed_equal(single, dctx, sql, stages=False)
-    assert not any(k.name == "grows" for k in dctx.status().kept)
-    for c in (single, ctx):
-        if grows_by == "an INSERT on ctx":
-            c.sql(f"INSERT INTO grows SELECT value AS k FROM generate_series(4, {ROWS})").collect()
-        else:
-            c.deregister_table("grows")
-            c.from_pydict({"k": list(range(1, ROWS))}, name="grows")
-    assert_distributed_equal(single, dctx, sql, stages=False)  # its rows in the plan
-    assert_distributed_equal(single, dctx, sql, stages=False)
-    assert any(k.name == "grows" for k in dctx.status().kept), dctx.status().kept
-    frame = dctx.sql(sql)
-    frame.collect()
-    assert plan_bytes_sent(frame) < 10_000, plan_bytes_sent(frame)
-
-
 @pytest.mark.parametrize(("rows", "kept"), [(999, False), (1001, True)])
 def test_an_in_memory_table_is_kept_by_its_bytes_either_side_of_the_limit(workers, rows, kept):
     """``keep_tables_above`` counts the table's bytes in memory (8 per int64 here): a cheap
