@@ -9,7 +9,7 @@ import os
 import tempfile
 
 import pyarrow as pa
-from datafusion import DataFrame, LogicalPlan
+from datafusion import DataFrame
 from datafusion.expr import CopyTo, DmlStatement
 
 from datafusion_distributed_py import _internal, object_stores, stream_tables
@@ -122,8 +122,8 @@ def fallback(engine: Engine, e: UnsupportedPlanError, df: DataFrame) -> Fallback
 
 def plan(engine: Engine, df: DataFrame, feed: Feed) -> _internal.DistributedPlan:
     """``df``'s distributed plan, made by the core; raises ``UnsupportedPlanError``."""
-    fresh, logical, req = _request(engine, df, feed)
-    writes = isinstance(logical.to_variant(), (CopyTo, DmlStatement))
+    fresh, req = request(engine, df, feed)
+    writes = isinstance(fresh.logical_plan().to_variant(), (CopyTo, DmlStatement))
     req.writes, req.live_interval = writes, engine.config.progress_interval
     made = engine.coordinator.distribute(req)
     check_result_types(fresh.schema(), pa.schema(made))
@@ -133,14 +133,6 @@ def plan(engine: Engine, df: DataFrame, feed: Feed) -> _internal.DistributedPlan
 def request(engine: Engine, df: DataFrame, feed: Feed) -> tuple[DataFrame, PlanRequest]:
     """``df`` re-created under our settings, and what the core plans it from
     (``Coordinator.distribute``, ``keep`` and ``insert``'s request)."""
-    fresh, _, req = _request(engine, df, feed)
-    return fresh, req
-
-
-def _request(
-    engine: Engine, df: DataFrame, feed: Feed
-) -> tuple[DataFrame, LogicalPlan, PlanRequest]:
-    """:func:`request`, and the logical plan the frame was re-created from."""
     if not isinstance(df, DataFrame):
         raise TypeError(f"expected a datafusion.DataFrame, got {type(df).__name__}")
     # What the core runs with first: refused settings (the test suite's mutation run) stop
@@ -148,8 +140,7 @@ def _request(
     req = request_for(engine, feed)
     ctx = engine.ctx
     # A DataFrame plans with the settings of its creation: re-create it under ours.
-    logical_plan = df.logical_plan()
-    fresh = ctx.create_dataframe_from_logical_plan(logical_plan)
+    fresh = ctx.create_dataframe_from_logical_plan(df.logical_plan())
     try:
         physical = fresh.execution_plan()
     except Exception as e:  # the query's own error: single-node gives it when it runs
@@ -172,7 +163,7 @@ def _request(
             req.table_scans = table_scans(logical)
         if facts.filters_windows:
             req.window_filters = filtered_windows(logical)
-    return fresh, logical_plan, req
+    return fresh, req
 
 
 def request_for(engine: Engine, feed: Feed) -> PlanRequest:
