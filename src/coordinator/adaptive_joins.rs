@@ -672,6 +672,11 @@ mod tests {
         found.expect("a hash join")
     }
 
+    /// A join's build side, below its shuffle.
+    fn build_of(join: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        Arc::clone(below_shuffle(join.children()[0]))
+    }
+
     fn decided(plan: &Arc<dyn ExecutionPlan>) -> Candidate {
         candidate(plan.downcast_ref().unwrap(), Adaptive::default())
     }
@@ -762,8 +767,7 @@ mod tests {
             Candidate::RunFirst(_)
         ));
         // A range is worked out from column statistics, not guessed.
-        let build_of = |join: Arc<dyn ExecutionPlan>| Arc::clone(below_shuffle(join.children()[0]));
-        assert!(guesses_a_filter(&build_of(Arc::clone(&join_arc))));
+        assert!(guesses_a_filter(&build_of(join_arc)));
         let ranged = "SELECT a.k FROM dims a JOIN dims b ON a.k = b.k WHERE a.k < 1500";
         let ranged = join_of(&ctx, ranged).await;
         let shown = displayable(ranged.as_ref()).indent(false).to_string();
@@ -781,7 +785,6 @@ mod tests {
     #[tokio::test]
     async fn only_a_side_without_a_guessed_filter_or_aggregate_is_estimated_from_sizes() {
         let ctx = session().await;
-        let build_of = |join: Arc<dyn ExecutionPlan>| Arc::clone(below_shuffle(join.children()[0]));
         let plain = "SELECT v FROM facts JOIN dims ON facts.k = dims.k";
         assert!(from_sizes(&build_of(join_of(&ctx, plain).await)));
         let filtered = "SELECT v FROM facts JOIN dims ON facts.k = dims.k WHERE name LIKE 'n7%'";

@@ -29,7 +29,7 @@ pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Batches come in megabytes: HTTP/2's defaults (16 KiB frames, a 2 MiB stream and 5 MiB
 /// connection window) cut each into hundreds of frames and stall the sender on window
-/// updates. Larger ones moved a 288 MB result 8% faster between processes on one machine;
+/// updates. Larger ones moved a 288 MB result 3-8% faster between processes on one machine;
 /// the workers' own buffer budget still bounds what a stream holds.
 const MAX_FRAME_BYTES: u32 = 4 << 20;
 const STREAM_WINDOW_BYTES: u32 = 8 << 20;
