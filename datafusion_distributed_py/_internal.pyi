@@ -26,6 +26,7 @@ __all__ = [
     "UnsupportedPlanError",
     "Coordinator",
     "Handshake",
+    "ProgressQueue",
     "DistributedPlan",
     "WorkerServer",
     "SnapshotTable",
@@ -74,6 +75,16 @@ class UnsupportedPlanError(DistributedError):
 @final
 class Handshake:
     """A query's handshake with the workers, started before the query is planned."""
+
+@final
+class ProgressQueue:
+    """A run's progress events held until Python reads them (no Python called meanwhile)."""
+
+    def __init__(self) -> None: ...
+    def drain(
+        self,
+    ) -> list[tuple[int, int, int, str, int, str, int | None, float | None]]:
+        """The events held since the last call, oldest first."""
 
 @final
 class Coordinator:

@@ -27,8 +27,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from datafusion_distributed_py import tracing
-from datafusion_distributed_py.progress import ProgressCallback, ProgressEvent
+from datafusion_distributed_py import _internal, tracing
+from datafusion_distributed_py.progress import (
+    ProgressCallback,
+    ProgressEvent,
+    RustReport,
+    to_rust,
+)
 
 #: Finished queries kept per process (running ones are always kept).
 KEEP = 50
@@ -81,9 +86,6 @@ class QueryRecord:
     state: str = "running"
     rows: int | None = None
     error: str | None = None
-    attempt: int = 1
-    lost_workers: list[str] = field(default_factory=list)
-    stages: dict[int, StageProgress] = field(default_factory=dict)
     source: Any = field(default=None, repr=False)
     #: Why it ran single-node, for a query that fell back.
     fallback_reason: str | None = None
@@ -92,6 +94,37 @@ class QueryRecord:
     #: The run's OpenTelemetry span, when the process traces (``tracing``).
     trace: tracing.QueryTrace | None = field(default=None, repr=False)
     _plan_text: str | None = field(default=None, repr=False)
+    #: The core's queue of this run's events not read yet, while the run is this record's
+    #: (see :meth:`Feed.for_core`); read whenever the record is.
+    pending: _internal.ProgressQueue | None = field(default=None, repr=False)
+    _attempt: int = field(default=1, repr=False)
+    _lost_workers: list[str] = field(default_factory=list, repr=False)
+    _stages: dict[int, StageProgress] = field(default_factory=dict, repr=False)
+    _reading: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def attempt(self) -> int:
+        self.catch_up()
+        return self._attempt
+
+    @property
+    def lost_workers(self) -> list[str]:
+        self.catch_up()
+        return self._lost_workers
+
+    @property
+    def stages(self) -> dict[int, StageProgress]:
+        self.catch_up()
+        return self._stages
+
+    def catch_up(self) -> None:
+        """Applies the events the core holds for this run, oldest first (one reader at a
+        time, so that a stage never goes back to an older event)."""
+        if self.pending is None:
+            return
+        with self._reading:
+            for event in self.pending.drain():
+                self.on_event(ProgressEvent(*event))
 
     @property
     def duration_s(self) -> float:
@@ -100,13 +133,13 @@ class QueryRecord:
 
     def on_event(self, event: ProgressEvent) -> None:
         if event.kind == "retry":
-            self.lost_workers.append(event.worker_url)
-            self.attempt = event.attempt + 1
-            self.stages = {}
+            self._lost_workers.append(event.worker_url)
+            self._attempt = event.attempt + 1
+            self._stages = {}
             return
-        if event.attempt < self.attempt:
+        if event.attempt < self._attempt:
             return  # a late word from a run that was given up
-        self.stages[event.stage] = StageProgress(
+        self._stages[event.stage] = StageProgress(
             event.stage, event.done, event.total, event.rows, event.eta_s
         )
 
@@ -162,6 +195,7 @@ class Monitor:
         return record
 
     def end(self, record: QueryRecord, rows: int | None, error: BaseException | None) -> None:
+        record.catch_up()
         record.finished = time.time()
         if error is not None:
             record.state, record.error = "failed", str(error).split("\n", 1)[0]
@@ -234,6 +268,8 @@ class Feed:
         #: Where its runs are recorded beyond this process (the event log), if anywhere.
         self.log = log
         self.current: QueryRecord | None = None
+        #: Where the core holds the events when no one watches them live (no callback).
+        self.queue = _internal.ProgressQueue() if user is None else None
 
     def __call__(self, event: ProgressEvent) -> None:
         record = self.current
@@ -241,3 +277,24 @@ class Feed:
             record.on_event(event)
         if self.user is not None:
             self.user(event)
+
+    def for_core(self) -> RustReport | _internal.ProgressQueue | None:
+        """What the core reports progress to: this feed, called with each event, when the
+        user watches them live; else its queue, read when the run's record is (the run's
+        tasks then never wait for Python)."""
+        return self.queue if self.queue is not None else to_rust(self)
+
+    def attach(self, record: QueryRecord) -> None:
+        """The events from now on are ``record``'s (a new run); earlier ones, which no
+        record took, are dropped."""
+        if self.queue is not None:
+            self.queue.drain()
+            record.pending = self.queue
+        self.current = record
+
+    def detach(self) -> None:
+        """The run is over: its record reads what it has not yet, and no more."""
+        record, self.current = self.current, None
+        if record is not None and record.pending is not None:
+            record.catch_up()
+            record.pending = None

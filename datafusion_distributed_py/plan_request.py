@@ -12,7 +12,7 @@ from datafusion import SessionContext
 from datafusion_distributed_py.progress import RustReport
 
 if TYPE_CHECKING:
-    from datafusion_distributed_py._internal import Handshake
+    from datafusion_distributed_py._internal import Handshake, ProgressQueue
 
 #: A store as the core rebuilds it: ``(url, kind, options)``.
 StoreSpec = tuple[str, str, dict[str, str]]
@@ -40,8 +40,9 @@ class PlanRequest:
     options: dict[str, str]
     #: The session's object stores, for the workers.
     stores: list[StoreSpec] = field(default_factory=list)
-    #: Called by the core with each progress event (``progress.to_rust``).
-    progress: RustReport | None = None
+    #: Called by the core with each progress event (``progress.to_rust``), or a queue that
+    #: holds them until the run's record is read (``monitor.Feed.for_core``).
+    progress: RustReport | ProgressQueue | None = None
     min_workers: int = 1
     #: Runs after the first when a worker is lost.
     max_retries: int = 1

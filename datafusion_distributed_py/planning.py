@@ -13,7 +13,6 @@ from datafusion import DataFrame
 from datafusion.expr import CopyTo, DmlStatement
 
 from datafusion_distributed_py import _internal, object_stores, stream_tables
-from datafusion_distributed_py import progress as progress_mod
 from datafusion_distributed_py.config import DistributedConfig
 from datafusion_distributed_py.dataframe import (
     Fallback,
@@ -177,7 +176,7 @@ def request_for(engine: Engine, feed: Feed) -> PlanRequest:
         session=engine.ctx,
         options=config.to_options(),
         stores=object_stores.stores_of(engine.ctx),
-        progress=progress_mod.to_rust(feed),
+        progress=feed.for_core(),
         min_workers=config.min_workers,
         max_retries=config.max_retries,
         stall_timeout=config.stall_timeout or None,

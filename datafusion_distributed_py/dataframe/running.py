@@ -62,7 +62,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             record = MONITOR.begin(
                 feed.sql, ran_on, feed.owners, source if distributed else None, feed.log, reason
             )
-            feed.current = record
+            feed.attach(record)
         try:
             while True:
                 try:
@@ -96,7 +96,7 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
             if plan is not None:
                 plan.set_retries(True)
             if record is not None and feed is not None:
-                feed.current = None
+                feed.detach()
         if record is not None:
             MONITOR.end(record, result_rows(out), None)
         if isinstance(out, DataFrame) and not is_ours(out):

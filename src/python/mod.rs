@@ -17,6 +17,7 @@ mod kept_insert;
 mod kept_table;
 mod meters;
 mod plan;
+mod progress_queue;
 mod reader_table;
 mod request;
 mod security;
@@ -42,6 +43,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<coordinator::Coordinator>()?;
     m.add_class::<request::Handshake>()?;
+    m.add_class::<progress_queue::ProgressQueue>()?;
     m.add_class::<plan::DistributedPlan>()?;
     m.add_class::<worker::WorkerServer>()?;
     m.add_class::<snapshot_table::SnapshotTable>()?;

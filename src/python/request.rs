@@ -11,6 +11,7 @@ use pyo3::types::PyBytes;
 
 use super::capsule::{import_session_codec, session_functions, session_settings};
 use super::errors::to_py_err;
+use super::progress_queue::ProgressQueue;
 use crate::coordinator::{EarlyHandshake, PlanRequest, ProgressSink, ProgressUpdate, Role};
 use crate::object_stores::StoreSpec;
 use crate::plan_rewrites::CompressedTable;
@@ -33,7 +34,8 @@ pub struct Request {
     /// `(url, kind, options)` of the session's object stores.
     #[pyo3(attribute)]
     stores: Vec<(String, String, BTreeMap<String, String>)>,
-    /// Called with each progress event (see `progress.to_rust`).
+    /// Called with each progress event (see `progress.to_rust`), or a `ProgressQueue` that
+    /// holds them for Python to read.
     #[pyo3(attribute)]
     progress: Option<Py<PyAny>>,
     #[pyo3(attribute)]
@@ -103,9 +105,7 @@ impl Request {
             codec: Arc::new(codec),
             options: settings,
             stores: self.stores.into_iter().map(StoreSpec::from).collect(),
-            progress: self
-                .progress
-                .map(|p| Arc::new(PythonProgress(p)) as Arc<dyn ProgressSink>),
+            progress: self.progress.map(|p| progress_sink(py, p)),
             keep_alive: self
                 .session
                 .map(|s| Arc::new(s) as Arc<dyn std::any::Any + Send + Sync>),
@@ -119,6 +119,15 @@ impl Request {
             spool_dir: self.spool_dir.map(std::path::PathBuf::from),
             early_handshake: self.handshake.map(|h| Arc::clone(&h.get().0)),
         })
+    }
+}
+
+/// Where a run's progress events go: a `ProgressQueue` holds them (no Python called while the
+/// run runs), anything else is called with each.
+fn progress_sink(py: Python<'_>, progress: Py<PyAny>) -> Arc<dyn ProgressSink> {
+    match progress.bind(py).downcast::<ProgressQueue>() {
+        Ok(queue) => Arc::clone(&queue.get().0) as Arc<dyn ProgressSink>,
+        Err(_) => Arc::new(PythonProgress(progress)),
     }
 }
 
