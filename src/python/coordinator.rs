@@ -135,6 +135,11 @@ impl Coordinator {
                 py,
                 async move { planner.plan(&req, 1).await.map_err(to_py_err) },
             )?;
+        // Logged here, holding the GIL that Python's logging needs (see `plan_once`).
+        log::info!(
+            "planned a distributed query ({} workers listed)",
+            planned.workers.len()
+        );
         let table = DistributedTable::new(Arc::clone(&self.planner), request, planned);
         Ok(DistributedPlan::new(Arc::new(table)))
     }
