@@ -604,9 +604,6 @@ impl ClusterPlanner {
         if let Some(spool) = &spool {
             plan = crate::spool::spool_stages(plan, &spool.scan_dir())?;
         }
-        // Debug: Python's logging takes an info record, and taking it here, on a runtime
-        // thread, waits for the GIL (the caller logs its own, holding it).
-        log::debug!("planned a distributed query over {workers} workers");
         Ok(Planned {
             plan,
             task_ctx,

@@ -135,7 +135,8 @@ impl Coordinator {
                 py,
                 async move { planner.plan(&req, 1).await.map_err(to_py_err) },
             )?;
-        // Logged here, holding the GIL that Python's logging needs (see `plan_once`).
+        // Logged here, holding the GIL Python's logging needs: logged by the runtime thread
+        // that plans, the record would wait there for the GIL at every query.
         log::info!(
             "planned a distributed query ({} workers listed)",
             planned.workers.len()

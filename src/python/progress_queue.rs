@@ -24,14 +24,18 @@ type Event = (
     Option<f64>,
 );
 
-/// The events not read yet; a stage's task events replace its earlier ones of the same run
-/// (a record keeps only each stage's latest), so a long run holds a few per stage.
+/// The events not read yet; a stage's task and rows events replace its earlier ones of the
+/// same run (a record keeps only each stage's latest), so a long run holds one per stage.
 #[derive(Default)]
 pub struct Pending(Mutex<Vec<Event>>);
 
 impl ProgressSink for Pending {
     fn update(&self, u: ProgressUpdate<'_>) {
-        let kind = if u.kind == "retry" { "retry" } else { "task" };
+        let kind = match u.kind {
+            "retry" => "retry",
+            "rows" => "rows",
+            _ => "task",
+        };
         let event = (
             u.stage,
             u.done,
@@ -43,9 +47,9 @@ impl ProgressSink for Pending {
             u.eta_s,
         );
         let mut pending = self.0.lock().expect("poisoned");
-        let same = |e: &&mut Event| e.5 == "task" && e.0 == u.stage && e.4 == u.attempt;
+        let same = |e: &&mut Event| e.5 != "retry" && e.0 == u.stage && e.4 == u.attempt;
         match pending.iter_mut().rev().find(same) {
-            Some(earlier) if kind == "task" => *earlier = event,
+            Some(earlier) if kind != "retry" => *earlier = event,
             _ => pending.push(event),
         }
     }
@@ -86,11 +90,11 @@ mod tests {
     }
 
     #[test]
-    fn a_stages_later_events_replace_its_earlier_ones_of_the_same_run_only() {
+    fn a_stages_later_events_replace_its_earlier_ones_of_the_same_run_only_and_keep_their_kind() {
         let pending = Pending::default();
         pending.update(update(1, 0, 1, "task"));
         pending.update(update(2, 0, 1, "task"));
-        pending.update(update(1, 1, 1, "task"));
+        pending.update(update(1, 1, 1, "rows"));
         pending.update(update(0, 0, 1, "retry"));
         pending.update(update(1, 0, 2, "task"));
         pending.update(update(1, 2, 2, "task"));
@@ -99,7 +103,7 @@ mod tests {
         assert_eq!(
             seen,
             vec![
-                (1, 1, 1, "task"),
+                (1, 1, 1, "rows"),
                 (2, 0, 1, "task"),
                 (0, 0, 1, "retry"),
                 (1, 2, 2, "task"),
