@@ -172,7 +172,7 @@ class LocalCluster:
         """
         if self._watcher is None or self._closing.is_set():
             return 0
-        return sum(p.poll() is not None for p in self.processes)
+        return sum(_gone(p) for p in self.processes)
 
     def wait_for_workers(self, timeout: float = 30.0) -> None:
         """Wait until every worker serves, the dead ones restarted (see :meth:`starting`).
@@ -183,7 +183,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while self.starting():
             if time.monotonic() > deadline:
-                down = [i for i, p in enumerate(self.processes) if p.poll() is not None]
+                down = [i for i, p in enumerate(self.processes) if _gone(p)]
                 raise TimeoutError(
                     f"LocalCluster workers {down} were not restarted within {timeout:g} s "
                     f"(their logs: {self.log_dir})"
@@ -389,3 +389,25 @@ def _parent_path() -> str:
     entries = [here] + [os.path.abspath(p or os.curdir) for p in sys.path]
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join(entries + ([inherited] if inherited else []))
+
+
+#: The kernel's flag on a task that is exiting (``include/linux/sched.h``).
+_PF_EXITING = 0x4
+
+
+def _gone(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a worker process has exited or is exiting (see :func:`_exiting`)."""
+    return proc.poll() is not None or _exiting(proc.pid)
+
+
+def _exiting(pid: int) -> bool:
+    """Whether process ``pid`` is exiting: a killed process closes its sockets before it can be
+    reaped, so a query sees its streams break while ``poll()`` still calls it running. On
+    Linux its ``/proc`` entry says so from then on (a zombie, or the exiting flag); elsewhere
+    only ``poll()`` tells."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state, *rest = stat[stat.rindex(")") + 2 :].split()
+    return state in ("Z", "X") or bool(int(rest[5]) & _PF_EXITING)

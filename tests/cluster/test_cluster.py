@@ -583,3 +583,27 @@ def test_local_cluster_started_next_to_a_source_checkout(tmp_path, monkeypatch):
         assert_ran_on_workers(df, dctx)
         assert df.to_pylist() == [{"one": 1}]
         assert {m["worker_url"] for m in dctx.metrics(df)} == set(c.urls)  # it ran there
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_worker_process_counts_as_starting_before_it_is_reaped() -> None:
+    """A killed process has closed its sockets (a query sees its streams break) before
+    ``poll()`` can reap it; ``LocalCluster.starting`` counts it from then on, so the query's
+    run again waits for the restart instead of running on the workers left."""
+    from datafusion_distributed_py.cluster import _exiting
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not _exiting(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        # Not reaped (no poll() here): the kernel keeps it as a zombie, which counts.
+        while not _exiting(proc.pid):
+            assert time.monotonic() < deadline, "a killed process never read as exiting"
+            time.sleep(0.01)
+        with open(f"/proc/{proc.pid}/stat") as stat:
+            assert stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not _exiting(proc.pid)  # reaped: no entry
