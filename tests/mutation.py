@@ -47,6 +47,9 @@ INDEPENDENT: dict[str, dict[str, str]] = {
         "test_bad_setup_fails_cluster_start_with_the_log": "a cluster's start, no query",
         "test_console_script_help": "the worker CLI's help",
         "test_orphaned_workers_exit_when_parent_is_killed": "workers' lifetime, no query",
+        "test_a_killed_worker_process_counts_as_starting_before_it_is_reaped": (
+            "a process's exit as /proc reads it, no query"
+        ),
         "test_exit_while_a_daemon_thread_runs_a_query": (
             "its query runs in a child interpreter, which the switch does not reach"
         ),
