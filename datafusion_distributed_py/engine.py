@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from datafusion import ExecutionPlan, SessionContext
+from datafusion import SessionContext
 
 from datafusion_distributed_py import _internal
 from datafusion_distributed_py.cluster_wiring import Workers
@@ -37,10 +37,8 @@ class Engine:
         coordinator: the core's coordinator for those workers.
         wire: the twin session plans are serialised through.
         frames: what the frames this context returns distribute their steps with.
-        not_to_keep: tables found to need no keeping on the workers, by reference, with the
-            schema they had then and the ``keep_tables_above`` they were found under (None:
-            not in memory, under any limit), so that a file table or a small in-memory one
-            is not planned again for each query that reads it.
+        not_in_memory: tables found not to be in memory, by reference, with the schema
+            they had then (so a file table is not inspected again for each query).
     """
 
     owner: object
@@ -52,19 +50,7 @@ class Engine:
     coordinator: _internal.Coordinator
     wire: Wire
     frames: Distributor | None = None
-    not_to_keep: dict[str, tuple[pa.Schema, int | None]] = field(default_factory=dict)
-
-    def forget_small_tables(self, memory_scans: list[ExecutionPlan]) -> None:
-        """Forgets the in-memory tables found small (``not_to_keep``) when one of a query's
-        in-memory scans (``memory_scans``) is not: a table was registered again with more
-        rows under a name and schema remembered small. That query carries its rows in its
-        plan, as a frame of unregistered rows does; the next one keeps the table."""
-        limit = self.config.keep_tables_above
-        if not any(2 * len(scan.to_bytes()) > limit for scan in memory_scans):
-            return
-        for ref, (_, found_under) in list(self.not_to_keep.items()):
-            if found_under is not None:
-                del self.not_to_keep[ref]
+    not_in_memory: dict[str, pa.Schema] = field(default_factory=dict)
 
     def feed(self, sql: str) -> Feed:
         """The progress feed of one run of ``sql``, listed as this context's (and its

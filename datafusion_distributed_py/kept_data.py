@@ -13,7 +13,6 @@ from datafusion_distributed_py.dataframe import ran_for
 from datafusion_distributed_py.engine import Engine
 from datafusion_distributed_py.errors import UnsupportedPlanError
 from datafusion_distributed_py.fallback_reasons import scanned_tables
-from datafusion_distributed_py.plan_facts import MEMORY_SCAN
 
 #: The result of a statement that returns no rows, as ``ctx.sql``'s.
 NO_ROWS = "SELECT 1 WHERE false"
@@ -65,40 +64,33 @@ def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
     than ``keep_tables_above`` bytes, else None.
 
     datafusion-python 55 does not tell a table's kind, so its scan's one-line display says
-    (``DataSourceExec: partitions=.., partition_sizes=..`` is an in-memory scan). What needs
-    no keeping (a file table; an in-memory table under the limit) is remembered by schema and
-    limit (``Engine.not_to_keep``): planning the table's scan to tell costs a fifth of a
-    millisecond at each query that reads it. A table registered again under the same name and
-    schema with more rows is seen by the query's own plan (``Engine.forget_small_tables``). An
-    in-memory table's rows are collected only when its scan, serialised, is over half the
-    limit: serialised, rows take about their bytes in memory, and serialising a small scan
-    costs a few microseconds where collecting it plans it again.
+    (``DataSourceExec: partitions=.., partition_sizes=..`` is an in-memory scan). What is not
+    in-memory is remembered by schema, so that a file table is not planned again for each
+    query that reads it (each planning lists its files). An in-memory table's rows are
+    collected only when its scan, serialised, is over half the limit: serialised, rows take
+    about their bytes in memory, and serialising a small scan costs a few microseconds where
+    collecting it plans it again (a tenth of a millisecond at every query).
     """
     try:
         table = engine.ctx.table(ref)
     except Exception:  # datafusion raises plain Exception subclasses
         return None
-    schema, limit = table.schema(), engine.config.keep_tables_above
-    seen = engine.not_to_keep.get(ref)
-    if seen is not None and seen[0] == schema and seen[1] in (None, limit):
+    schema = table.schema()
+    if engine.not_in_memory.get(ref) == schema:
         return None
     node = table.execution_plan()
     while not node.display().startswith("DataSourceExec") and len(node.children()) == 1:
         node = node.children()[0]  # a projection over the scan
-    if not (node.display().startswith(MEMORY_SCAN) and not node.children()):
-        engine.not_to_keep[ref] = (schema, None)
+    if not (node.display().startswith("DataSourceExec: partitions=") and not node.children()):
+        engine.not_in_memory[ref] = schema
         return None
     try:
         serialised = len(node.to_bytes())
     except Exception:  # a type the plan's encoding lacks: sized by its rows instead
-        serialised = limit
-    if 2 * serialised <= limit:
-        engine.not_to_keep[ref] = (schema, limit)
+        serialised = engine.config.keep_tables_above
+    if 2 * serialised <= engine.config.keep_tables_above:
         return None
-    rows = table.collect()
-    if sum(b.nbytes for b in rows) <= limit:
-        engine.not_to_keep[ref] = (schema, limit)
-    return rows
+    return table.collect()
 
 
 def cache(engine: Engine, df: DataFrame, sql: str) -> DataFrame:

@@ -27,8 +27,6 @@ _RECURSIVE = "RecursiveQueryExec: name="
 _WINDOW_FILTER = " FILTER (WHERE "
 _TEXT_FILES = re.compile(r"file_type=(csv|json)\b")
 _STREAM_SCAN = "StreamingTableExec:"
-#: An in-memory table's scan (``MemorySourceConfig``), as it displays.
-MEMORY_SCAN = "DataSourceExec: partitions="
 _PARTIAL_SORT = re.compile(
     r"^PartialSortExec: (?:TopK\(fetch=(\d+)\), )?expr=\[(.*)\], common_prefix_length=\[(\d+)\]$"
 )
@@ -87,8 +85,6 @@ class PhysicalFacts:
     #: Each ``PartialSortExec`` of plain columns: its columns (name, index, descending,
     #: nulls first), common prefix and limit (DataFusion 55's encoding has no form for it).
     partial_sorts: list[PartialSort] = field(default_factory=list)
-    #: Each scan of rows held in memory (an in-memory table's ``DataSourceExec``).
-    memory_scans: list[ExecutionPlan] = field(default_factory=list)
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -103,8 +99,6 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
         elif text.startswith(_RECURSIVE):
             name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
             facts.recursive_queries.append((name, distinct.strip() == "true"))
-        elif text.startswith(MEMORY_SCAN) and not node.children():
-            facts.memory_scans.append(node)
         elif text.startswith("DataSourceExec:") and _TEXT_FILES.search(text):
             facts.reads_text_files = True
         elif "Window" in text and _WINDOW_FILTER in text:

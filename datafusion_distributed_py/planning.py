@@ -146,8 +146,6 @@ def request(engine: Engine, df: DataFrame, feed: Feed) -> tuple[DataFrame, PlanR
         cause = str(e).splitlines()[0]
         raise UnsupportedPlanError(f"its physical plan cannot be made ({cause})") from e
     facts = physical_facts(physical)
-    if facts.memory_scans and engine.not_to_keep:
-        engine.forget_small_tables(facts.memory_scans)
     if facts.window_topn:
         physical = without_window_topn(ctx, fresh)
         facts = physical_facts(physical)

@@ -146,26 +146,6 @@ def test_an_in_memory_table_is_kept_by_its_bytes_either_side_of_the_limit(worker
     assert any(k.name == "edge" for k in dctx.status().kept) == kept
 
 
-def test_a_table_registered_again_with_more_rows_is_kept_though_once_found_small(workers):
-    """Tables found small are not planned again at each query (a fifth of a millisecond
-    each); registered again under the same name and schema with rows over the limit, the
-    table is sent once more than needed at most, never answered from the old rows."""
-    ctx = SessionContext()
-    ctx.from_pydict({"k": list(range(10))}, name="grows")
-    config = DistributedConfig(keep_tables_above=8_000)
-    dctx = DistributedContext(ctx, workers, config=config, progress=False)
-    sql = "SELECT count(*) AS n, sum(k) AS s FROM grows"
-    for _ in range(2):
-        assert_distributed_equal(ctx, dctx, sql, stages=False)
-    assert not any(k.name == "grows" for k in dctx.status().kept)
-    ctx.deregister_table("grows")
-    ctx.from_pydict({"k": list(range(5_000))}, name="grows")
-    for _ in range(2):
-        assert dctx.sql(sql).to_pylist() == [{"n": 5_000, "s": sum(range(5_000))}]
-    assert_distributed_equal(ctx, dctx, sql, stages=False)
-    assert any(k.name == "grows" for k in dctx.status().kept)
-
-
 def test_create_table_as_statements_answer_as_single_node(workers):
     single, ctx, dctx = _pair(workers)
     for m in (single, dctx):
