@@ -13,6 +13,7 @@ from datafusion_distributed_py.dataframe import ran_for
 from datafusion_distributed_py.engine import Engine
 from datafusion_distributed_py.errors import UnsupportedPlanError
 from datafusion_distributed_py.fallback_reasons import scanned_tables
+from datafusion_distributed_py.plan_facts import MEMORY_SCAN
 
 #: The result of a statement that returns no rows, as ``ctx.sql``'s.
 NO_ROWS = "SELECT 1 WHERE false"
@@ -81,7 +82,7 @@ def _rows_to_keep(engine: Engine, ref: str) -> list[pa.RecordBatch] | None:
     node = table.execution_plan()
     while not node.display().startswith("DataSourceExec") and len(node.children()) == 1:
         node = node.children()[0]  # a projection over the scan
-    if not (node.display().startswith("DataSourceExec: partitions=") and not node.children()):
+    if not (node.display().startswith(MEMORY_SCAN) and not node.children()):
         engine.not_in_memory[ref] = schema
         return None
     try:

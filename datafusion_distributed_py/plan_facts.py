@@ -27,6 +27,8 @@ _RECURSIVE = "RecursiveQueryExec: name="
 _WINDOW_FILTER = " FILTER (WHERE "
 _TEXT_FILES = re.compile(r"file_type=(csv|json)\b")
 _STREAM_SCAN = "StreamingTableExec:"
+#: How a scan of rows held in memory (``MemorySourceConfig``) begins its one-line display.
+MEMORY_SCAN = "DataSourceExec: partitions="
 _PARTIAL_SORT = re.compile(
     r"^PartialSortExec: (?:TopK\(fetch=(\d+)\), )?expr=\[(.*)\], common_prefix_length=\[(\d+)\]$"
 )
@@ -85,6 +87,8 @@ class PhysicalFacts:
     #: Each ``PartialSortExec`` of plain columns: its columns (name, index, descending,
     #: nulls first), common prefix and limit (DataFusion 55's encoding has no form for it).
     partial_sorts: list[PartialSort] = field(default_factory=list)
+    #: How many scans of rows held in memory (in-memory tables, ``VALUES``) it has.
+    memory_scans: int = 0
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -99,6 +103,8 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
         elif text.startswith(_RECURSIVE):
             name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
             facts.recursive_queries.append((name, distinct.strip() == "true"))
+        elif text.startswith(MEMORY_SCAN) and not node.children():
+            facts.memory_scans += 1
         elif text.startswith("DataSourceExec:") and _TEXT_FILES.search(text):
             facts.reads_text_files = True
         elif "Window" in text and _WINDOW_FILTER in text:
