@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from datafusion import SessionContext, col
+from datafusion import DataFrame, SessionContext, col
 from datafusion import functions as f
 
 from datafusion_distributed_py import DistributedConfig, DistributedContext, LocalCluster, _internal
@@ -146,14 +146,15 @@ def test_an_in_memory_table_is_kept_by_its_bytes_either_side_of_the_limit(worker
     assert any(k.name == "edge" for k in dctx.status().kept) == kept
 
 
+@pytest.mark.parametrize("path", ["dctx.sql", "dctx.table"])
 @pytest.mark.parametrize("first", ["small in memory", "a file"])
-def test_a_table_registered_again_with_more_rows_is_kept(workers, tmp_path, first):
+def test_a_table_registered_again_with_more_rows_is_kept(workers, tmp_path, first, path):
     """A table found to need no keeping (small, or a file), registered again under the same
     name and schema with rows in memory over the limit (a sample, then the whole data, in a
     notebook): answered from the new rows, and kept. A small table is sized at each query, so
     the very next one keeps it; a file table is remembered by name and schema (planning it
     lists its files), so the next query carries the rows in its plan once, and the one after
-    keeps them."""
+    keeps them. The same through SQL and through the DataFrame API."""
     ctx = SessionContext()
     if first == "a file":
         pq.write_table(pa.table({"k": pa.array(range(10), pa.int64())}), tmp_path / "k.parquet")
@@ -162,16 +163,26 @@ def test_a_table_registered_again_with_more_rows_is_kept(workers, tmp_path, firs
         ctx.from_pydict({"k": list(range(10))}, name="grows")
     config = DistributedConfig(keep_tables_above=8_000)
     dctx = DistributedContext(ctx, workers, config=config, progress=False)
-    sql = "SELECT count(*) AS n, sum(k) AS s FROM grows"
+    sql = "SELECT count(k) AS n, sum(k) AS s FROM grows"
+
+    def query(on: SessionContext | DistributedContext) -> DataFrame:
+        if path == "dctx.sql":
+            return on.sql(sql)
+        return on.table("grows").aggregate(
+            [], [f.count(col("k")).alias("n"), f.sum(col("k")).alias("s")]
+        )
+
     for _ in range(2):
-        assert_distributed_equal(ctx, dctx, sql, stages=False)
+        df = query(dctx)
+        assert df.to_pylist() == query(ctx).to_pylist()
+        assert_ran_on_workers(df, dctx)
     assert not any(k.name == "grows" for k in dctx.status().kept)
     ctx.deregister_table("grows")
     ctx.from_pydict({"k": list(range(50_000))}, name="grows")
     expected = [{"n": 50_000, "s": sum(range(50_000))}]
     if first == "a file":
-        assert dctx.sql(sql).to_pylist() == expected
-    df = dctx.sql(sql)
+        assert query(dctx).to_pylist() == expected
+    df = query(dctx)
     assert any(k.name == "grows" for k in dctx.status().kept)
     assert df.to_pylist() == expected
     assert plan_bytes_sent(df) < 50_000  # a reference to the kept rows, not the 400 kB
