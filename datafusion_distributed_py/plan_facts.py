@@ -87,8 +87,8 @@ class PhysicalFacts:
     #: Each ``PartialSortExec`` of plain columns: its columns (name, index, descending,
     #: nulls first), common prefix and limit (DataFusion 55's encoding has no form for it).
     partial_sorts: list[PartialSort] = field(default_factory=list)
-    #: How many scans of rows held in memory (in-memory tables, ``VALUES``) it has.
-    memory_scans: int = 0
+    #: It scans rows held in memory (an in-memory table, ``VALUES``).
+    reads_memory_rows: bool = False
 
 
 def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
@@ -104,7 +104,7 @@ def physical_facts(physical: ExecutionPlan) -> PhysicalFacts:
             name, _, distinct = text[len(_RECURSIVE) :].rpartition(", is_distinct=")
             facts.recursive_queries.append((name, distinct.strip() == "true"))
         elif text.startswith(MEMORY_SCAN) and not node.children():
-            facts.memory_scans += 1
+            facts.reads_memory_rows = True
         elif text.startswith("DataSourceExec:") and _TEXT_FILES.search(text):
             facts.reads_text_files = True
         elif "Window" in text and _WINDOW_FILTER in text:

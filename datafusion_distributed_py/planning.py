@@ -155,7 +155,7 @@ def request(engine: Engine, df: DataFrame, feed: Feed) -> tuple[DataFrame, PlanR
     except Exception as e:  # datafusion raises plain Exception subclasses
         raise unsupported(engine.wire.session, fresh, e, ctx) from e
     req.codec, req.session = wire.__datafusion_physical_extension_codec__(), wire
-    if facts.memory_scans and 2 * len(req.plan_bytes) > engine.config.keep_tables_above:
+    if facts.reads_memory_rows and 2 * len(req.plan_bytes) > engine.config.keep_tables_above:
         # Rows over the limit travel in this plan: a frame of several in-memory tables, or a
         # table registered again in memory where a file table was (``not_in_memory`` knows
         # tables by name and schema). The next query looks at its tables again and keeps it.

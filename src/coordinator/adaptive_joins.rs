@@ -82,20 +82,20 @@ const DEFAULT_SKEW_BYTES: usize = 256 * 1024 * 1024;
 /// partitioned. So a build side is broadcast when its rows are at most this share of the rows
 /// its probe side would shuffle...
 const PROBE_SHARE: usize = 8;
-/// ...and its bytes at most this share of the probe side's bytes. Bytes are what the network
-/// carries: run first and broadcast to T tasks, B bytes travel 1 + T times; partitioned,
-/// (B + P) (T - 1) / T cross between workers. On two workers the broadcast carries less while
-/// B < P / 5: TPC-H q16 at SF10 broadcasts 19 MB of `part` instead of shuffling 128 MB of
-/// `partsupp` (an eighth, 16 MB, kept it partitioned; 7% faster on `LocalCluster(2)`, 11%
-/// on the embedded cluster). A side that must finish its work first is not run first on a
-/// guess over an eighth (`Limit::for_guesses`).
-const PROBE_BYTE_SHARE: usize = 5;
 /// ...or, beyond `SMALL_ROWS`, this share of its rows.
 const PROBE_ROW_SHARE: usize = 16;
 /// Up to this many rows a broadcast build side may be an eighth of its probe side; past it, a
 /// sixteenth. Its hash table cannot spill: 1 M rows broadcast TPC-H q21's orders at SF1,
 /// past a 120 MB worker's memory.
 const SMALL_ROWS: usize = 256 * 1024;
+/// A broadcast build side's bytes may be at most this share of its probe side's. Bytes are
+/// what the network carries: run first and broadcast to T tasks, B bytes travel 1 + T times;
+/// partitioned, (B + P) (T - 1) / T cross between workers. On two workers the broadcast
+/// carries less while B < P / 5: TPC-H q16 at SF10 broadcasts 19 MB of `part` instead of
+/// shuffling 128 MB of `partsupp` (an eighth, 16 MB, kept it partitioned; about 9% faster on
+/// `LocalCluster(2)`, 14% on the embedded cluster). A side that must finish its work first
+/// is not run first on a guess over an eighth (`Limit::for_guesses`).
+const PROBE_BYTE_SHARE: usize = 5;
 /// A build side this small is broadcast whatever its probe side's size: sending it costs
 /// less than a stage boundary.
 const TINY_BYTES: usize = 1024 * 1024;
